@@ -1,0 +1,122 @@
+"""Stub of the compiled extension `memini._core` (the Rust core's binding).
+
+The boundary carries plain Python values only:
+
+* a *row* is a ``dict`` with the keys of ``Row`` below; timestamps are ``int`` microseconds since
+  the Unix epoch (UTC); ``metadata`` is JSON text; ``tier``/``level`` are the enum string values;
+  ``fingerprint`` is the lowercase hex SHA-256 of the normalised content (computed in Python).
+* a *filter spec* is a ``dict`` with the keys of ``FilterSpec``; ``now`` is always resolved.
+* embeddings are 1-D (queries for ``vector_search_many``: 2-D) C-contiguous ``float32`` arrays.
+"""
+
+from typing import Any, Literal, TypedDict
+
+import numpy as np
+import numpy.typing as npt
+
+class Row(TypedDict, total=False):
+    id: str
+    namespace: str
+    content: str
+    tier: str
+    level: str | None
+    summary: str
+    metadata: str
+    tags: list[str]
+    importance: float
+    created_at: int | None
+    updated_at: int | None
+    last_accessed_at: int | None
+    access_count: int
+    expires_at: int | None
+    superseded_by: str | None
+    valid_from: int | None
+    valid_to: int | None
+    confidence: float | None
+    linked_memory_ids: list[str]
+    fingerprint: str
+    embedding: npt.NDArray[np.float32] | None
+
+class FilterSpec(TypedDict):
+    tiers: list[str]
+    levels: list[str | None]
+    tags: list[str]
+    metadata: list[tuple[str, str]]
+    exclude_metadata: list[tuple[str, str]]
+    exclude_ids: list[str]
+    include_expired: bool
+    include_superseded: bool
+    now: int
+    as_of: int | None
+    memory_types: list[str]
+    created_after: int | None
+    accessed_after: int | None
+    sort_key: str
+    sort_asc: bool
+
+def build_profile() -> Literal["release", "debug"]: ...
+
+class Engine:
+    """The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL."""
+
+    def __init__(self, path: str | None, dims: int | None, metric: str | None) -> None: ...
+    @property
+    def dims(self) -> int: ...
+    @property
+    def metric(self) -> Literal["l2", "cos", "ip"]: ...
+    def close(self) -> None: ...
+    def ping(self) -> None: ...
+    def upsert_many(self, rows: list[Row]) -> list[bool]:
+        """Atomic batch; returns, per row, True when it was an insert (False: update)."""
+    def update(self, namespace: str, id: str, fields: Row) -> Row:
+        """Partial update of the named fields; key "embedding" present = replace (None removes)."""
+    def get(self, namespace: str, id: str) -> Row: ...
+    def get_embedding(self, namespace: str, id: str) -> npt.NDArray[np.float32] | None: ...
+    def ids_by_prefix(self, namespace: str, prefix: str, limit: int) -> list[str]: ...
+    def predecessor_ids(self, namespace: str, id: str) -> list[str]: ...
+    def get_by_fingerprint(self, namespace: str, tier: str, fingerprint: str, now: int) -> Row: ...
+    def delete(self, namespace: str, id: str) -> Row:
+        """Returns the deleted row (without embedding)."""
+    def set_superseded(self, namespace: str, id: str, superseded_by: str, now: int) -> None: ...
+    def restore(self, namespace: str, id: str) -> None: ...
+    def reinforce(
+        self, namespace: str, ids: list[str], accessed_at: int, new_expiry: int | None
+    ) -> None: ...
+    def delete_if_expired_before(self, namespace: str, id: str, cutoff: int) -> Row: ...
+    def list_expired(self, now: int, limit: int) -> list[Row]: ...
+    def list(self, namespace: str, filter: FilterSpec, limit: int, offset: int) -> list[Row]: ...
+    def count(self, namespace: str, filter: FilterSpec) -> int: ...
+    def sweep_expired(self, now: int, limit: int) -> list[str]:
+        """Deletes expired rows; returns the tier of each row deleted."""
+    def list_namespaces(self) -> list[str]: ...
+    def delete_namespace(self, namespace: str) -> int: ...
+    def reassign(self, from_ns: str, ids: list[str], to_ns: str) -> int: ...
+    def retier(self, namespace: str, id: str, tier: str, expires_at: int | None) -> None: ...
+    def set_confidence(self, namespace: str, id: str, confidence: float, now: int) -> None: ...
+    def mark_contradicted(
+        self, namespace: str, id: str, contradicted_by: str, confidence: float, now: int
+    ) -> None: ...
+    def namespace_activity(self, now: int) -> list[tuple[str, int, int]]: ...
+    def active_by_tier(self, now: int) -> dict[str, int]: ...
+    def embed_model(self) -> str: ...
+    def set_embed_model(self, model: str) -> None: ...
+    def stats(self) -> dict[str, Any]: ...
+    def backup(self, path: str) -> None: ...
+    def compact(self) -> None: ...
+    def vector_search(
+        self,
+        namespace: str,
+        vector: npt.NDArray[np.float32],
+        filter: FilterSpec,
+        k: int,
+    ) -> list[tuple[Row, float]]: ...
+    def vector_search_many(
+        self,
+        namespace: str,
+        vectors: npt.NDArray[np.float32],
+        filter: FilterSpec,
+        k: int,
+    ) -> list[list[tuple[Row, float]]]: ...
+    def keyword_search(
+        self, namespace: str, query: str, filter: FilterSpec, k: int
+    ) -> list[tuple[Row, float]]: ...
