@@ -1,1 +1,26 @@
-//! memini core.
+//! memini core: an embeddable memory store for AI agents.
+//!
+//! - [`rows`]: the durable row store (redb), the single source of truth;
+//! - [`columns`] and [`filter`]: in-memory filter columns and compiled filters;
+//! - [`vector`]: usearch HNSW per namespace plus exact scans;
+//! - [`keyword`]: tantivy BM25;
+//! - [`engine`]: locking, group commit, recovery and search planning.
+//!
+//! The Python binding lives in `python/` behind the `python` feature; nothing else here
+//! knows about Python.
+
+pub mod columns;
+pub mod engine;
+pub mod error;
+pub mod filter;
+pub mod keyword;
+pub mod rows;
+pub mod types;
+pub mod vector;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use engine::{Engine, Options, Stats};
+pub use error::{Error, Result};
+pub use types::{FilterSpec, Level, Memory, MemoryPatch, Metric, Micros, NewMemory, Scored, SortKey, Tier};

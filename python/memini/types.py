@@ -1,14 +1,25 @@
-"""Domain types of the public API (shared/API.md section 2): enums, dataclasses, helpers."""
+"""Domain types of the public API (shared/API.md section 2): enums, dataclasses, helpers.
+
+Datetimes: a naive datetime is taken as UTC wherever one is accepted.
+"""
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
+import math
+import os
+import re
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import numpy as np
+from memini.errors import InvalidArgumentError
 
 __all__ = [
     "APIKey",
@@ -24,6 +35,11 @@ __all__ = [
     "Sort",
     "SortKey",
     "Tier",
+    "fingerprint",
+    "grow_confidence",
+    "hash_api_key",
+    "new_id",
+    "normalize_content",
 ]
 
 
@@ -111,6 +127,114 @@ class Memory:
     confidence: float | None = None
     linked_memory_ids: list[str] = field(default_factory=list)
     embedding: np.ndarray[Any, Any] | Sequence[float] | None = None
+
+    # Ranking helpers (API.md section 2). They read the fields as they are, accept ``tier``
+    # as a member or its string value, and take naive datetimes as UTC.
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the memory's TTL has passed at ``now``.
+
+        Args:
+            now: The reference instant (naive = UTC).
+
+        Returns:
+            True when ``expires_at`` is set and ``expires_at <= now``.
+        """
+        if self.expires_at is None:
+            return False
+        return _as_utc(self.expires_at, "expires_at") <= _as_utc(now, "now")
+
+    def salience(self) -> float:
+        """Base, time-independent quality in [0, 1]: the tier weight modulated by importance.
+
+        ``clamp01(w_tier * (0.5 + 0.5 * clamp01(importance)))`` with tier weights
+        procedural 0.95, semantic 0.90, episodic 0.55, working 0.30.
+
+        Raises:
+            InvalidArgumentError: ``tier`` is not a known tier.
+        """
+        weight = _TIER_WEIGHT[_coerce_enum(Tier, self.tier, "tier")]
+        return _clamp01(weight * (0.5 + 0.5 * _clamp01(float(self.importance))))
+
+    def effective_confidence(self, now: datetime) -> float:
+        """Corroboration of a durable memory at ``now``, decayed lazily since last confirmed.
+
+        1.0 for working/episodic memories and when ``confidence`` is None (not tracked).
+        Otherwise ``clamp01(confidence)``, unchanged during the first week after
+        ``max(updated_at, last_accessed_at)``, then reduced continuously by 0.05 per week
+        (``c - 0.05 * (weeks - 1)``) down to a floor of 0.05. A timestamp that is None
+        (not stamped by the store yet) does not anchor the decay; with both None there is
+        no decay.
+
+        Args:
+            now: The reference instant (naive = UTC).
+
+        Raises:
+            InvalidArgumentError: ``tier`` is not a known tier.
+        """
+        tier = _coerce_enum(Tier, self.tier, "tier")
+        if tier.term == "short" or self.confidence is None:
+            return 1.0
+        c = _clamp01(float(self.confidence))
+        anchors = [
+            _as_utc(t, name)
+            for t, name in (
+                (self.updated_at, "updated_at"),
+                (self.last_accessed_at, "last_accessed_at"),
+            )
+            if t is not None
+        ]
+        if not anchors:
+            return c
+        weeks = (_as_utc(now, "now") - max(anchors)) / _WEEK
+        if weeks <= 1:
+            return c
+        return max(_CONFIDENCE_FLOOR, c - _CONFIDENCE_DECAY_PER_WEEK * (weeks - 1))
+
+    def durable_score(self, now: datetime) -> float:
+        """Rank as durable knowledge: salience x corroboration x reinforcement, no recency.
+
+        ``salience() * effective_confidence(now) * (1 + ln(1 + access_count))``; a negative
+        ``access_count`` counts as 0.
+
+        Args:
+            now: The reference instant (naive = UTC).
+        """
+        return self.salience() * self.effective_confidence(now) * self._usage()
+
+    def quality(self, now: datetime) -> float:
+        """Score for recall ranking and lifecycle decisions (higher = worth keeping).
+
+        Semantic/procedural memories: ``durable_score(now)``. Working/episodic memories:
+        ``salience() * (1 + ln(1 + access_count)) * recency(now)``.
+
+        Args:
+            now: The reference instant (naive = UTC).
+        """
+        tier = _coerce_enum(Tier, self.tier, "tier")
+        if tier.term == "long":
+            return self.durable_score(now)
+        return self.salience() * self._usage() * self.recency(now)
+
+    def recency(self, now: datetime) -> float:
+        """Exponential recency factor ``exp(-age / H)`` in (0, 1], H = 7 days.
+
+        ``age`` is the time since ``last_accessed_at``, clamped at 0 (an access in the
+        future counts as now). ``last_accessed_at=None`` (not stamped yet; the store stamps
+        "now") gives 1.0. Note the formula is ``exp``, not ``2**``: the factor is 1/e after
+        H, as API.md defines it.
+
+        Args:
+            now: The reference instant (naive = UTC).
+        """
+        if self.last_accessed_at is None:
+            return 1.0
+        age = _as_utc(now, "now") - _as_utc(self.last_accessed_at, "last_accessed_at")
+        return math.exp(-max(age / _HALF_LIFE, 0.0))
+
+    def _usage(self) -> float:
+        """Reinforcement factor ``1 + ln(1 + access_count)`` (negative counts as 0)."""
+        return 1.0 + math.log1p(max(int(self.access_count), 0))
 
 
 @dataclass
@@ -213,3 +337,234 @@ class EventFilter:
     before: datetime | None = None
     before_id: int = 0
     limit: int = 0
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+_HALF_LIFE = timedelta(days=7)
+_WEEK = timedelta(weeks=1)
+_CONFIDENCE_DECAY_PER_WEEK = 0.05
+_CONFIDENCE_FLOOR = 0.05
+_TIER_WEIGHT = {
+    Tier.PROCEDURAL: 0.95,
+    Tier.SEMANTIC: 0.90,
+    Tier.EPISODIC: 0.55,
+    Tier.WORKING: 0.30,
+}
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+
+
+def _clamp01(x: float) -> float:
+    """Clamp to [0, 1] (NaN passes through, as in the upstream Go code)."""
+    if x < 0.0:
+        return 0.0
+    if x > 1.0:
+        return 1.0
+    return x
+
+
+def _coerce_enum(cls: type[_E], value: object, what: str) -> _E:
+    """Return ``value`` as a member of ``cls``; accepts a member or its string value.
+
+    Raises:
+        InvalidArgumentError: Unknown value or wrong type; the message lists the allowed values.
+    """
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+        got = repr(str(value))
+    else:
+        got = type(value).__name__
+    allowed = ", ".join(repr(m.value) for m in cls)
+    raise InvalidArgumentError(f"{what} must be a {cls.__name__} or one of {allowed}; got {got}")
+
+
+def _as_utc(dt: datetime, what: str) -> datetime:
+    """Return ``dt`` as an aware UTC datetime; naive input is taken as UTC."""
+    if not isinstance(dt, datetime):
+        raise InvalidArgumentError(f"{what} must be a datetime, got a {type(dt).__name__}")
+    if dt.utcoffset() is None:
+        return dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def grow_confidence(c: float) -> float:
+    """Raise a confidence toward 1 on corroboration: ``clamp01(c + 0.1 * (1 - c))``.
+
+    Each re-observation closes 10% of the remaining gap, so repeated growth approaches 1
+    without overshooting.
+
+    Args:
+        c: The current confidence.
+
+    Returns:
+        The grown confidence, in [0, 1].
+    """
+    return _clamp01(c + 0.1 * (1.0 - c))
+
+
+# Characters that str.split() treats as whitespace but Unicode's White_Space property (Go's
+# unicode.IsSpace, Rust's char::is_whitespace) does not: the ASCII information separators.
+_INFO_SEPARATORS = ("\x1c", "\x1d", "\x1e", "\x1f")
+_WHITE_SPACE_RUN = re.compile(
+    "[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
+)
+
+
+def _split_white_space(s: str) -> list[str]:
+    """``s`` split on runs of Unicode White_Space characters, without empty words."""
+    if not any(sep in s for sep in _INFO_SEPARATORS):
+        return s.split()  # the fast path: same result when no separator occurs
+    return [w for w in _WHITE_SPACE_RUN.split(s) if w]
+
+
+def normalize_content(s: str) -> str:
+    """Collapse whitespace and case so trivially different restatements compare equal.
+
+    Splits on runs of Unicode whitespace (the White_Space property: ASCII ``\\t\\n\\v\\f\\r``
+    and space, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F,
+    U+3000; unlike ``str.split()``, *not* U+001C-U+001F), joins the words with single spaces
+    and lowercases every code point with the Unicode *simple* lowercase mapping (one code
+    point to one code point, no context), which is what Go's ``strings.ToLower`` does:
+    U+0130 (capital I with dot above) becomes ``"i"`` and U+03A3 (capital sigma) always
+    becomes U+03C3, where Python's ``str.lower()`` gives ``"i"`` + U+0307 and, at the end of
+    a word, the final sigma U+03C2. Those two are the only code points where Python's full
+    mapping differs from the simple one.
+
+    Args:
+        s: Any string (lone surrogates pass through unchanged).
+
+    Returns:
+        The normalised string.
+
+    Raises:
+        InvalidArgumentError: ``s`` is not a str.
+    """
+    if not isinstance(s, str):
+        raise InvalidArgumentError(f"content must be a str, got a {type(s).__name__}")
+    joined = " ".join(_split_white_space(s))
+    if joined.isascii():
+        return joined.lower()
+    # Map the two code points whose full lowercase differs from the simple one first, so
+    # str.lower() never sees them (str.replace returns its input when nothing matches).
+    return joined.replace("\u0130", "i").replace("\u03a3", "\u03c3").lower()
+
+
+def fingerprint(content: str) -> str:
+    """Content key for exact-restatement dedup.
+
+    The lowercase hex SHA-256 of the UTF-8 of ``normalize_content(content)``, so contents
+    differing only in case or whitespace collide. Total on ``str``: lone surrogates (which
+    no stored memory can contain) are hashed with the ``surrogatepass`` encoding.
+
+    Args:
+        content: The memory content.
+
+    Returns:
+        64 lowercase hex digits.
+
+    Raises:
+        InvalidArgumentError: ``content`` is not a str.
+    """
+    data = normalize_content(content).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
+
+
+def hash_api_key(secret: str) -> str:
+    """Hash an API key secret for storage and lookup: the hex SHA-256 of its UTF-8.
+
+    Args:
+        secret: The API key secret (lone surrogates are hashed with ``surrogatepass``, so
+            any str is accepted; it simply matches no key).
+
+    Returns:
+        64 lowercase hex digits.
+
+    Raises:
+        InvalidArgumentError: ``secret`` is not a str.
+    """
+    if not isinstance(secret, str):
+        raise InvalidArgumentError(f"secret must be a str, got a {type(secret).__name__}")
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# new_id: ULIDs (https://github.com/ulid/spec) with the spec's monotonic mode. 26 Crockford
+# base32 characters: 48 bits of Unix milliseconds, then 80 random bits; within one
+# millisecond (or when the clock steps back) the previous random part is incremented, so
+# ids from one process are strictly increasing. base64.b32encode does the bit packing; its
+# alphabet is then mapped onto Crockford's, which sorts like the numbers it encodes.
+_RFC4648 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_CROCKFORD = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = bytes.maketrans(_RFC4648, _CROCKFORD)
+_RANDOM_BITS = 80
+_RANDOM_LIMIT = 1 << _RANDOM_BITS
+
+
+class _IdState:
+    """The last id's parts; guarded by ``lock``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ms = -1
+        self.rand = 0
+
+
+_ids = _IdState()
+
+
+def _now_ms() -> int:
+    """Wall clock in Unix milliseconds (a seam for tests)."""
+    return time.time_ns() // 1_000_000
+
+
+def _reseed_after_fork() -> None:
+    """In a forked child: fresh lock, and a random jump so parent and child never collide.
+
+    The jump keeps the child's ids above the ones it inherited; the parent keeps stepping
+    by 1 from the same point, so a collision would need 2**64 parent ids in one millisecond.
+    """
+    _ids.lock = threading.Lock()
+    _ids.rand += 1 + int.from_bytes(os.urandom(8), "big")
+    if _ids.rand >= _RANDOM_LIMIT:
+        _ids.ms += 1
+        _ids.rand = int.from_bytes(os.urandom(9), "big")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reseed_after_fork)
+
+
+def new_id() -> str:
+    """A new unique id that sorts (as a string) by creation time.
+
+    A ULID: 26 characters of Crockford base32 (``0-9A-Z`` without ``I L O U``), the first 10
+    encoding the Unix time in milliseconds. Ids made by one process are strictly increasing,
+    also within one millisecond, across threads, and when the wall clock steps back (they
+    then keep the last timestamp); a forked child continues above its parent's last id on a
+    different random sequence. Thread-safe.
+
+    Returns:
+        The id, e.g. ``"01JDQ3V8ZK4TQ5R6W1N0B3C2XA"``.
+    """
+    with _ids.lock:
+        ms = _now_ms()
+        if ms > _ids.ms:
+            _ids.ms = ms
+            _ids.rand = int.from_bytes(os.urandom(10), "big")
+        else:
+            _ids.rand += 1
+            if _ids.rand >= _RANDOM_LIMIT:  # 2**80 ids in one millisecond: borrow the next
+                _ids.ms += 1
+                _ids.rand = int.from_bytes(os.urandom(9), "big")
+        value = (_ids.ms << _RANDOM_BITS) | _ids.rand
+    # 20 bytes = 32 base32 digits; the top 30 bits are zero padding, the last 26 digits
+    # carry the 128-bit value.
+    encoded = base64.b32encode(value.to_bytes(20, "big")).translate(_TO_CROCKFORD)
+    return encoded[6:].decode("ascii")

@@ -1,0 +1,765 @@
+"""Conversions between the public types and the core boundary (``memini._core``).
+
+Everything that crosses into the Rust core goes through here and is validated first, so the
+core only ever sees well-formed values and every mistake surfaces as an
+`InvalidArgumentError` (or `DimensionMismatchError`) whose message names the fix:
+
+* datetimes <-> ``int`` microseconds since the Unix epoch, UTC (naive input = UTC);
+* enum members or their string values -> the string values;
+* embeddings and query vectors -> C-contiguous ``float32`` arrays of the store's dims;
+* metadata -> compact JSON text, JSON types only;
+* `Memory` <-> row dicts, `Filter` -> filter-spec dicts (see ``_core.pyi``).
+
+This module imports only `memini.types` and `memini.errors` (never the compiled core).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import numbers
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+
+import numpy as np
+import numpy.typing as npt
+from memini.errors import CorruptionError, DimensionMismatchError, InvalidArgumentError
+from memini.types import (
+    Filter,
+    Level,
+    Memory,
+    Sort,
+    SortKey,
+    Tier,
+    _coerce_enum,
+    fingerprint,
+)
+
+if TYPE_CHECKING:
+    from memini._core import FilterSpec, Row
+
+__all__ = [
+    "coerce_enum",
+    "embedding_to_array",
+    "fields_to_row",
+    "filter_to_spec",
+    "from_micros",
+    "json_to_metadata",
+    "memory_to_row",
+    "metadata_to_json",
+    "opt_datetime",
+    "opt_micros",
+    "queries_to_array",
+    "query_to_array",
+    "row_to_memory",
+    "to_micros",
+]
+
+E = TypeVar("E", bound=enum.StrEnum)
+
+# --------------------------------------------------------------------------------------------
+# Datetimes
+# --------------------------------------------------------------------------------------------
+
+_EPOCH_NAIVE: Final = datetime(1970, 1, 1)
+_EPOCH_UTC: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_US_PER_DAY: Final = 86_400_000_000
+
+
+def _naive_micros(naive: datetime) -> int:
+    """Exact microseconds from the epoch to a naive datetime read as UTC."""
+    d = naive - _EPOCH_NAIVE
+    return d.days * _US_PER_DAY + d.seconds * 1_000_000 + d.microseconds
+
+
+_MIN_US: Final = _naive_micros(datetime.min)  # 0001-01-01T00:00:00 UTC
+_MAX_US: Final = _naive_micros(datetime.max)  # 9999-12-31T23:59:59.999999 UTC
+
+
+def to_micros(dt: datetime, what: str = "datetime") -> int:
+    """Convert a datetime to integer microseconds since the Unix epoch (UTC), exactly.
+
+    Args:
+        dt: Naive (taken as UTC) or aware in any timezone.
+        what: The argument's name, for error messages.
+
+    Returns:
+        Microseconds since 1970-01-01T00:00:00Z (negative before it).
+
+    Raises:
+        InvalidArgumentError: ``dt`` is not a datetime, or its UTC instant lies outside
+            0001-01-01 .. 9999-12-31 (an aware time near either end), which could not be
+            read back.
+    """
+    if not isinstance(dt, datetime):
+        raise InvalidArgumentError(f"{what} must be a datetime, got {type(dt).__name__}")
+    offset = dt.utcoffset()
+    # Integer arithmetic on the naive wall time, then the offset: no float rounding and no
+    # OverflowError for aware times at the ends of the datetime range.
+    us = _naive_micros(dt.replace(tzinfo=None))
+    if offset is not None:
+        us -= offset // timedelta(microseconds=1)
+    if not _MIN_US <= us <= _MAX_US:
+        raise InvalidArgumentError(
+            f"{what} {dt.isoformat()} is outside the representable range "
+            "0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999Z once converted to UTC"
+        )
+    return us
+
+
+def from_micros(us: int) -> datetime:
+    """Convert integer microseconds since the Unix epoch to an aware UTC datetime.
+
+    Args:
+        us: Microseconds since 1970-01-01T00:00:00Z, as produced by `to_micros`.
+
+    Returns:
+        A timezone-aware datetime in UTC.
+
+    Raises:
+        CorruptionError: ``us`` is outside the datetime range (the core only stores values
+            `to_micros` produced, so this means a damaged row).
+    """
+    if not _MIN_US <= us <= _MAX_US:
+        raise CorruptionError(f"stored timestamp {us} µs is outside the datetime range")
+    return _EPOCH_UTC + timedelta(microseconds=us)
+
+
+def opt_micros(dt: datetime | None, what: str = "datetime") -> int | None:
+    """`to_micros`, passing None through.
+
+    Args:
+        dt: A datetime or None.
+        what: The argument's name, for error messages.
+    """
+    return None if dt is None else to_micros(dt, what)
+
+
+def opt_datetime(us: int | None) -> datetime | None:
+    """`from_micros`, passing None through.
+
+    Args:
+        us: Microseconds since the Unix epoch, or None.
+    """
+    return None if us is None else from_micros(us)
+
+
+def _now_micros() -> int:
+    """Wall clock in microseconds since the Unix epoch."""
+    return time.time_ns() // 1_000
+
+
+# --------------------------------------------------------------------------------------------
+# Scalars
+# --------------------------------------------------------------------------------------------
+
+
+def coerce_enum(cls: type[E], value: object, what: str) -> E:
+    """Return ``value`` as a member of the string enum ``cls``.
+
+    Args:
+        cls: The enum class (`Tier`, `Level`, `SortKey`, `EventKind`, ...).
+        value: A member of ``cls`` or its string value (exact, case-sensitive).
+        what: The argument's name, for error messages.
+
+    Raises:
+        InvalidArgumentError: Unknown value or wrong type; the message lists the allowed values.
+    """
+    return _coerce_enum(cls, value, what)
+
+
+def _check_text(value: object, what: str, *, non_empty: bool = False) -> str:
+    """Validate a str that must cross into Rust: UTF-8-encodable (NUL is allowed)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}")
+    if non_empty and not value:
+        raise InvalidArgumentError(f"{what} must be a non-empty str")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(
+                f"{what} contains a lone surrogate {value[e.start]!r} at index {e.start}, "
+                "which is not valid Unicode text (decode the source bytes with "
+                "errors='replace' or fix the pairing)"
+            ) from None
+    return str(value)  # a plain str, also for str subclasses such as StrEnum members
+
+
+def _check_opt_text(value: object, what: str) -> str | None:
+    return None if value is None else _check_text(value, what)
+
+
+def _check_text_list(value: object, what: str) -> list[str]:
+    """A list/tuple of str (order kept); a bare str is refused, not split into characters."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidArgumentError(
+            f"{what} must be a list of str, got {type(value).__name__}"
+            + (f" (write [{value!r}] for a single item)" if isinstance(value, str) else "")
+        )
+    return [_check_text(v, f"{what}[{i}]") for i, v in enumerate(value)]
+
+
+def _check_float(value: object, what: str) -> float:
+    """A finite real number (int or float, numpy scalars included; bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{what} must be a float, got {type(value).__name__}")
+    f = float(value)
+    if not math.isfinite(f):
+        raise InvalidArgumentError(f"{what} must be finite, got {f!r}")
+    return f
+
+
+def _check_opt_float(value: object, what: str) -> float | None:
+    return None if value is None else _check_float(value, what)
+
+
+_I64_MAX: Final = 2**63 - 1
+
+
+def _check_count(value: object, what: str) -> int:
+    """A non-negative int that fits in 64 bits (numpy ints included; bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
+    n = int(value)
+    if not 0 <= n <= _I64_MAX:
+        raise InvalidArgumentError(f"{what} must be between 0 and 2**63-1, got {n}")
+    return n
+
+
+def _check_bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise InvalidArgumentError(f"{what} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Vectors
+# --------------------------------------------------------------------------------------------
+
+F32Array = npt.NDArray[np.float32]
+
+
+def _as_numeric_array(value: object, what: str) -> npt.NDArray[Any]:
+    """``value`` as a numpy array of a real numeric dtype (no copy for an ndarray)."""
+    if isinstance(value, np.ndarray):
+        arr: npt.NDArray[Any] = value
+    elif isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(
+        value, Sequence | memoryview
+    ):
+        raise InvalidArgumentError(
+            f"{what} must be a numpy array or a sequence of floats, got {type(value).__name__}"
+        )
+    else:
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as e:  # ragged nesting, unconvertible items
+            raise InvalidArgumentError(f"{what} must be a flat sequence of floats ({e})") from None
+    if arr.dtype.kind not in "iuf":
+        raise InvalidArgumentError(
+            f"{what} must hold real numbers, got dtype {arr.dtype} "
+            "(convert with np.asarray(x, dtype=np.float32))"
+        )
+    return arr
+
+
+def _to_f32(arr: npt.NDArray[Any], what: str) -> F32Array:
+    """C-contiguous float32 copy of ``arr`` only when needed; NaN/inf refused."""
+    with np.errstate(over="ignore", invalid="ignore"):  # reported below, not as a warning
+        out: F32Array = np.ascontiguousarray(arr, dtype=np.float32)
+    finite = np.isfinite(out)
+    if not finite.all():
+        bad = tuple(int(i) for i in np.argwhere(~finite)[0])
+        where = f"index {bad[0]}" if len(bad) == 1 else f"row {bad[0]}, index {bad[1]}"
+        original = float(arr[bad])
+        why = (
+            f"{original!r} overflows float32"
+            if math.isfinite(original)
+            else f"{original!r} is not finite"
+        )
+        raise InvalidArgumentError(f"{what} has a bad value at {where}: {why}")
+    return out
+
+
+def embedding_to_array(value: object, dims: int, what: str = "embedding") -> F32Array | None:
+    """Validate a memory's embedding and convert it for the core.
+
+    Args:
+        value: A 1-D numpy array or a sequence of floats; None or empty = no vector (a
+            keyword-only row).
+        dims: The store's dimensionality.
+        what: The argument's name, for error messages.
+
+    Returns:
+        A 1-D C-contiguous float32 array (the input itself when it already is one), or None.
+
+    Raises:
+        DimensionMismatchError: Non-empty with a length other than ``dims``.
+        InvalidArgumentError: Not 1-D, not numeric, or holds NaN/inf (or a value that
+            overflows float32).
+    """
+    if value is None:
+        return None
+    arr = _as_numeric_array(value, what)
+    if arr.ndim != 1:
+        raise InvalidArgumentError(
+            f"{what} must be 1-D, got shape {arr.shape} (pass one vector, e.g. x.ravel())"
+        )
+    if arr.size == 0:
+        return None
+    if arr.shape[0] != dims:
+        raise DimensionMismatchError(
+            f"{what} has {arr.shape[0]} dims, store expects {dims} "
+            f"(open the store with dims={arr.shape[0]} or re-embed)"
+        )
+    return _to_f32(arr, what)
+
+
+def _query_mismatch(got: int, dims: int, what: str) -> DimensionMismatchError:
+    return DimensionMismatchError(
+        f"{what} has {got} dims, store expects {dims} "
+        "(embed queries with the model that produced the stored vectors)"
+    )
+
+
+def query_to_array(value: object, dims: int, what: str = "query vector") -> F32Array:
+    """Validate one search query vector and convert it for the core.
+
+    Args:
+        value: A 1-D numpy array or a sequence of floats.
+        dims: The store's dimensionality.
+        what: The argument's name, for error messages.
+
+    Returns:
+        A 1-D C-contiguous float32 array of length ``dims``.
+
+    Raises:
+        DimensionMismatchError: Its length is not ``dims`` (an empty query included).
+        InvalidArgumentError: None, not 1-D, not numeric, or holds NaN/inf.
+    """
+    if value is None:
+        raise InvalidArgumentError(f"{what} must be a vector of {dims} floats, got None")
+    arr = _as_numeric_array(value, what)
+    if arr.ndim != 1:
+        raise InvalidArgumentError(
+            f"{what} must be 1-D, got shape {arr.shape} "
+            "(use vector_search_many for several queries)"
+        )
+    if arr.shape[0] != dims:
+        raise _query_mismatch(arr.shape[0], dims, what)
+    return _to_f32(arr, what)
+
+
+def queries_to_array(values: object, dims: int, what: str = "query vectors") -> F32Array:
+    """Validate a batch of query vectors (``vector_search_many``) and convert it for the core.
+
+    Args:
+        values: A 2-D numpy array of shape ``(n, dims)`` or a sequence of vectors.
+            An empty sequence is an empty batch.
+        dims: The store's dimensionality.
+        what: The argument's name, for error messages.
+
+    Returns:
+        A 2-D C-contiguous float32 array of shape ``(n, dims)``.
+
+    Raises:
+        DimensionMismatchError: A query's length is not ``dims``.
+        InvalidArgumentError: Not 2-D (a single 1-D vector included), ragged, not numeric,
+            or holds NaN/inf.
+    """
+    if (
+        not isinstance(values, np.ndarray)
+        and isinstance(values, Sequence)
+        and not isinstance(values, str | bytes | bytearray)
+    ):
+        if len(values) == 0:
+            return np.empty((0, dims), dtype=np.float32)
+        rows: list[npt.NDArray[Any]] = []
+        for i, v in enumerate(values):
+            row = _as_numeric_array(v, f"{what}[{i}]")
+            if row.ndim != 1:
+                raise InvalidArgumentError(
+                    f"{what}[{i}] must be a 1-D vector, got shape {row.shape}"
+                )
+            if row.shape[0] != dims:
+                raise _query_mismatch(row.shape[0], dims, f"{what}[{i}]")
+            rows.append(row)
+        return _to_f32(np.stack(rows), what)
+    arr = _as_numeric_array(values, what)
+    if arr.ndim != 2:
+        raise InvalidArgumentError(
+            f"{what} must be 2-D (n_queries, dims), got shape {arr.shape} "
+            "(wrap a single query as [vector] or use vector_search)"
+        )
+    if arr.shape[1] != dims:
+        raise _query_mismatch(arr.shape[1], dims, what)
+    return _to_f32(arr, what)
+
+
+# --------------------------------------------------------------------------------------------
+# Metadata (JSON)
+# --------------------------------------------------------------------------------------------
+
+# serde_json (the core's JSON reader) refuses nesting deeper than 128; stay well inside it.
+# The same bound turns a self-referencing dict into a clear error instead of a RecursionError.
+_MAX_JSON_DEPTH: Final = 100
+_JSON_INT_MIN: Final = -(2**63)
+_JSON_INT_MAX: Final = 2**64 - 1
+_JSON_TYPES_HINT: Final = "use str, int, float, bool, None, list, or dict with str keys"
+
+
+def _check_json(value: object, path: str, depth: int, open_ids: set[int]) -> None:
+    """Raise InvalidArgumentError naming ``path`` unless ``value`` is plain JSON data.
+
+    ``open_ids`` holds the ids of the containers on the path, to report a cycle as such.
+    """
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        _check_text(value, path)
+        return
+    if isinstance(value, int):
+        if not _JSON_INT_MIN <= value <= _JSON_INT_MAX:
+            raise InvalidArgumentError(
+                f"{path} = {value} does not fit in 64 bits, so JSON readers would not keep it "
+                "exact (store it as a str)"
+            )
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArgumentError(
+                f"{path} is {value!r}, which JSON cannot represent (use None or a str)"
+            )
+        return
+    if isinstance(value, dict | list):
+        if id(value) in open_ids:
+            raise InvalidArgumentError(f"{path} contains itself; JSON cannot represent a cycle")
+        if depth > _MAX_JSON_DEPTH:
+            shown = path if len(path) <= 80 else f"{path[:60]}...{path[-16:]}"
+            raise InvalidArgumentError(
+                f"{shown} nests deeper than {_MAX_JSON_DEPTH} levels, more than JSON readers accept"
+            )
+        open_ids.add(id(value))
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                _check_json(item, f"{path}[{i}]", depth + 1, open_ids)
+        else:
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidArgumentError(
+                        f"{path} has a key {key!r} of type {type(key).__name__}; "
+                        "JSON object keys must be str"
+                    )
+                _check_text(key, f"{path} key {key!r}")
+                _check_json(item, f"{path}[{key!r}]", depth + 1, open_ids)
+        open_ids.discard(id(value))
+        return
+    raise InvalidArgumentError(
+        f"{path} has type {type(value).__name__}, which is not a JSON type "
+        f"({_JSON_TYPES_HINT}; e.g. datetime.isoformat() or list(...))"
+    )
+
+
+def metadata_to_json(m: Mapping[str, Any] | None, what: str = "metadata") -> str:
+    """Validate metadata (or event detail) and serialise it as compact JSON text.
+
+    Deterministic: the same dict (same key order) always gives the same text; key order is
+    preserved, not sorted. Non-ASCII text is kept as UTF-8 (not ``\\u`` escaped).
+
+    Args:
+        m: A dict of JSON data: str keys; values str, int (64-bit), float (finite), bool,
+            None, list or dict of the same, nested at most 100 levels. None means ``{}``.
+        what: The argument's name, for error messages.
+
+    Returns:
+        The JSON text of an object, e.g. ``'{"a":1,"b":[true,null]}'``.
+
+    Raises:
+        InvalidArgumentError: Anything else (a datetime, tuple, set, bytes, NaN/inf, a
+            non-str key, a lone surrogate, ...); the message names the key path, e.g.
+            ``metadata['a'][2]``.
+    """
+    if m is None:
+        return "{}"
+    if not isinstance(m, dict):
+        raise InvalidArgumentError(f"{what} must be a dict with str keys, got {type(m).__name__}")
+    _check_json(m, what, 0, set())
+    return json.dumps(m, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def json_to_metadata(s: str) -> dict[str, Any]:
+    """Parse metadata JSON text from the core.
+
+    Args:
+        s: JSON text of an object; ``""`` is read as ``{}``.
+
+    Returns:
+        The metadata dict.
+
+    Raises:
+        CorruptionError: The text is not a JSON object (a damaged row).
+    """
+    if not s:
+        return {}
+    try:
+        value = json.loads(s)
+    except ValueError as e:
+        raise CorruptionError(f"stored metadata is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise CorruptionError(f"stored metadata is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------------------------
+
+# One validator per writable Memory field: (value, dims) -> the row value. memory_to_row
+# runs them all, fields_to_row the named ones, so both validate identically.
+_Conv = Callable[[Any, int], Any]
+
+
+def _ts(name: str) -> _Conv:
+    return lambda v, _dims: opt_micros(v, name)
+
+
+_FIELD_CONVERTERS: Final[dict[str, _Conv]] = {
+    "id": lambda v, _d: _check_text(v, "id", non_empty=True),
+    "namespace": lambda v, _d: _check_text(v, "namespace", non_empty=True),
+    "content": lambda v, _d: _check_text(v, "content"),
+    "tier": lambda v, _d: coerce_enum(Tier, v, "tier").value,
+    "level": lambda v, _d: None if v is None else coerce_enum(Level, v, "level").value,
+    "summary": lambda v, _d: _check_text(v, "summary"),
+    "metadata": lambda v, _d: metadata_to_json(v),
+    "tags": lambda v, _d: _check_text_list(v, "tags"),
+    "importance": lambda v, _d: _check_float(v, "importance"),
+    "created_at": _ts("created_at"),
+    "updated_at": _ts("updated_at"),
+    "last_accessed_at": _ts("last_accessed_at"),
+    "access_count": lambda v, _d: _check_count(v, "access_count"),
+    "expires_at": _ts("expires_at"),
+    "superseded_by": lambda v, _d: _check_opt_text(v, "superseded_by"),
+    "valid_from": _ts("valid_from"),
+    "valid_to": _ts("valid_to"),
+    "confidence": lambda v, _d: _check_opt_float(v, "confidence"),
+    "linked_memory_ids": lambda v, _d: _check_text_list(v, "linked_memory_ids"),
+    "embedding": lambda v, dims: embedding_to_array(v, dims),
+}
+
+_NOT_UPDATABLE: Final = {
+    "id": "id identifies the memory and cannot be updated (upsert a new memory instead)",
+    "namespace": "namespace cannot be changed by update() (use reassign() to move a memory)",
+    "created_at": "created_at cannot be updated (it records when the memory was first stored)",
+}
+_UPDATABLE: Final = tuple(k for k in _FIELD_CONVERTERS if k not in _NOT_UPDATABLE)
+
+
+def memory_to_row(m: Memory, dims: int) -> Row:
+    """Validate a `Memory` and convert it to a core row (every field, plus ``fingerprint``).
+
+    Args:
+        m: The memory to write. ``tier``/``level`` may be members or string values; ``tags``
+            and ``linked_memory_ids`` may be any sequence of str (not a bare str).
+        dims: The store's dimensionality.
+
+    Returns:
+        The row: timestamps as int microseconds (None kept), metadata as JSON text, enum
+        string values, ``fingerprint`` of the content, ``embedding`` as float32 or None.
+
+    Raises:
+        InvalidArgumentError: A field is malformed; the message names it.
+        DimensionMismatchError: The embedding's length is not ``dims``.
+    """
+    if not isinstance(m, Memory):
+        raise InvalidArgumentError(f"expected a Memory, got {type(m).__name__}")
+    row = {name: conv(getattr(m, name), dims) for name, conv in _FIELD_CONVERTERS.items()}
+    row["fingerprint"] = fingerprint(row["content"])
+    return cast("Row", row)
+
+
+def fields_to_row(fields: Mapping[str, Any], dims: int) -> Row:
+    """Validate the keyword arguments of ``Store.update`` and convert them to a partial row.
+
+    Only the named fields appear in the result. ``content`` also adds ``fingerprint``;
+    ``embedding`` is kept when present (None or empty = remove the vector).
+
+    Args:
+        fields: Field name -> new value, for any `Memory` field but id, namespace and
+            created_at.
+        dims: The store's dimensionality.
+
+    Returns:
+        The partial row.
+
+    Raises:
+        InvalidArgumentError: An unknown or non-updatable field name, or a malformed value.
+        DimensionMismatchError: The embedding's length is not ``dims``.
+    """
+    row: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name in _NOT_UPDATABLE:
+            raise InvalidArgumentError(_NOT_UPDATABLE[name])
+        conv = _FIELD_CONVERTERS.get(name)
+        if conv is None:
+            raise InvalidArgumentError(
+                f"update() got an unknown field {name!r}; updatable fields: "
+                + ", ".join(_UPDATABLE)
+            )
+        row[name] = conv(value, dims)
+    if "content" in row:
+        row["fingerprint"] = fingerprint(row["content"])
+    return cast("Row", row)
+
+
+def _stored_enum(cls: type[E], value: object, what: str) -> E:
+    try:
+        return coerce_enum(cls, value, what)
+    except InvalidArgumentError as e:
+        raise CorruptionError(f"stored row: {e}") from None
+
+
+def row_to_memory(row: Row | Mapping[str, Any]) -> Memory:
+    """Convert a core row to a `Memory`.
+
+    Args:
+        row: A row as the core returns it (``id``, ``namespace``, ``content`` and ``tier``
+            required; the other keys default like the `Memory` fields).
+
+    Returns:
+        The memory, with enum members, aware UTC datetimes, parsed metadata and
+        ``embedding=None``. A stored level of ``""`` or None reads as None.
+
+    Raises:
+        CorruptionError: The row holds an unknown tier/level, bad metadata JSON or an
+            out-of-range timestamp.
+    """
+    r = cast("Mapping[str, Any]", row)
+    level = r.get("level")
+    return Memory(
+        id=r["id"],
+        namespace=r["namespace"],
+        content=r["content"],
+        tier=_stored_enum(Tier, r["tier"], "tier"),
+        level=_stored_enum(Level, level, "level") if level else None,
+        summary=r.get("summary", ""),
+        metadata=json_to_metadata(r.get("metadata", "")),
+        tags=list(r.get("tags", ())),
+        importance=r.get("importance", 0.0),
+        created_at=opt_datetime(r.get("created_at")),
+        updated_at=opt_datetime(r.get("updated_at")),
+        last_accessed_at=opt_datetime(r.get("last_accessed_at")),
+        access_count=r.get("access_count", 0),
+        expires_at=opt_datetime(r.get("expires_at")),
+        superseded_by=r.get("superseded_by"),
+        valid_from=opt_datetime(r.get("valid_from")),
+        valid_to=opt_datetime(r.get("valid_to")),
+        confidence=r.get("confidence"),
+        linked_memory_ids=list(r.get("linked_memory_ids", ())),
+        embedding=None,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Filters
+# --------------------------------------------------------------------------------------------
+
+
+def _items(value: object, what: str) -> list[object]:
+    """A filter's sequence field as a list; None = empty; a single str (or enum member)
+    counts as a one-item list rather than being split into characters."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping) or not isinstance(value, Sequence | set | frozenset):
+        raise InvalidArgumentError(f"{what} must be a list or tuple, got {type(value).__name__}")
+    return list(value)
+
+
+def _pairs(value: object, what: str) -> list[tuple[str, str]]:
+    """A Mapping[str, str] filter field as (key, value) pairs, in the mapping's order."""
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(
+            f"{what} must be a mapping of str to str, got {type(value).__name__}"
+        )
+    out: list[tuple[str, str]] = []
+    for k, v in value.items():
+        key = _check_text(k, f"{what} key")
+        if not isinstance(v, str):
+            raise InvalidArgumentError(
+                f"{what}[{k!r}] must be a str, got {type(v).__name__} (the filter matches "
+                f"top-level metadata values that are that exact string; write {str(v)!r} "
+                "if the stored value is a string)"
+            )
+        out.append((key, _check_text(v, f"{what}[{k!r}]")))
+    return out
+
+
+def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
+    """Validate a `Filter` and convert it to the core's filter spec.
+
+    The reference instant is ``f.now`` if set, else the ``now`` argument if given, else
+    the wall clock; it is always resolved here so the core never reads a clock.
+
+    Sequence fields accept a list or tuple (None = empty); a single str (or enum member)
+    counts as a one-item list. Enum fields accept members or string values.
+
+    Args:
+        f: The filter; None = ``Filter()`` (the live rows).
+        now: Fallback reference instant when ``f.now`` is None (naive = UTC).
+
+    Returns:
+        The spec dict: enum string values, micros, ``(key, value)`` pair lists.
+
+    Raises:
+        InvalidArgumentError: A malformed field: unknown tier/level/sort key, a non-str tag,
+            id, memory type or metadata value, a non-datetime time, a non-bool flag.
+    """
+    if f is None:
+        f = Filter()
+    elif not isinstance(f, Filter):
+        raise InvalidArgumentError(f"filter must be a Filter or None, got {type(f).__name__}")
+    if f.now is not None:
+        now_us = to_micros(f.now, "filter.now")
+    elif now is not None:
+        now_us = to_micros(now, "now")
+    else:
+        now_us = _now_micros()
+    sort = Sort() if f.sort is None else f.sort
+    if not isinstance(sort, Sort):
+        raise InvalidArgumentError(f"filter.sort must be a Sort, got {type(sort).__name__}")
+    return {
+        "tiers": [
+            coerce_enum(Tier, t, "filter.tiers item").value for t in _items(f.tiers, "filter.tiers")
+        ],
+        "levels": [
+            None if lv is None else coerce_enum(Level, lv, "filter.levels item").value
+            for lv in _items(f.levels, "filter.levels")
+        ],
+        "tags": [
+            _check_text(t, f"filter.tags[{i}]") for i, t in enumerate(_items(f.tags, "filter.tags"))
+        ],
+        "metadata": _pairs(f.metadata, "filter.metadata"),
+        "exclude_metadata": _pairs(f.exclude_metadata, "filter.exclude_metadata"),
+        "exclude_ids": [
+            _check_text(x, f"filter.exclude_ids[{i}]")
+            for i, x in enumerate(_items(f.exclude_ids, "filter.exclude_ids"))
+        ],
+        "include_expired": _check_bool(f.include_expired, "filter.include_expired"),
+        "include_superseded": _check_bool(f.include_superseded, "filter.include_superseded"),
+        "now": now_us,
+        "as_of": opt_micros(f.as_of, "filter.as_of"),
+        "memory_types": [
+            _check_text(x, f"filter.memory_types[{i}]")
+            for i, x in enumerate(_items(f.memory_types, "filter.memory_types"))
+        ],
+        "created_after": opt_micros(f.created_after, "filter.created_after"),
+        "accessed_after": opt_micros(f.accessed_after, "filter.accessed_after"),
+        "sort_key": coerce_enum(SortKey, sort.key, "filter.sort.key").value,
+        "sort_asc": _check_bool(sort.asc, "filter.sort.asc"),
+    }

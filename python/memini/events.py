@@ -1,0 +1,473 @@
+"""The event log on SQLite: the SQL behind ``Store.append_events``, ``list_events`` and friends.
+
+Table ``events`` (see ``memini._sqlite`` for the schema history)::
+
+    events(id INTEGER PRIMARY KEY AUTOINCREMENT, op_id, kind, namespace, query, memory_id,
+           memory_ns, memory_tier NULL, memory_summary, rank, score NULL, detail, created_at,
+           query_fold NULL, summary_fold NULL)
+    events_by_time(created_at)              -- the rowid (= id) is the implicit last column
+    events_by_ns_time(namespace, created_at)
+    events_by_op(op_id)
+
+Invariants:
+
+* ids come from AUTOINCREMENT: they are > 0, a batch gets contiguous ids in list order (one
+  transaction, one writer), and an id is never handed out twice, also after pruning, so a
+  keyset cursor ``(before, before_id)`` stays valid across `prune_events`;
+* ``created_at`` is microseconds since the epoch, UTC; the log reads newest first, i.e. by
+  ``(created_at DESC, id DESC)``, which both time indexes deliver without a sort;
+* ``query_fold`` / ``summary_fold`` hold ``str.casefold()`` of ``query`` / ``memory_summary``
+  when that differs from the original (NULL otherwise, which keeps the common lowercase
+  rows small). The text filter is ``instr`` over the folded text: a Unicode-aware,
+  case-insensitive substring test in which ``%`` and ``_`` are ordinary characters;
+* ``detail`` is JSON text (`memini._values.dump_json`).
+
+Query plans of `list_events` (see `query_plan` and ``benches/bench_events.py``):
+
+* without ``tiers``/``text`` one statement: a range scan of ``events_by_ns_time`` (one
+  namespace) or of ``events_by_time``, newest first, starting at the cursor, stopped by
+  ``LIMIT``;
+* with ``tiers``/``text`` the filter selects whole operations. Step 1 scans the table once
+  and collects the op_ids having a matching row into the in-memory table ``temp.event_ops``
+  (there is no index that answers a substring test). Step 2 reads those operations' rows:
+  with few operations (or no limit) through ``events_by_op`` followed by a sort ("probe"),
+  with many operations and a limit by walking the time index newest first and keeping the
+  rows whose op_id is in ``temp.event_ops`` until the limit is reached ("walk").
+
+The functions here take an open connection; the caller (``MetaDB``) holds the lock and owns
+the transaction. ``prepare_*`` functions only validate and never touch the database.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memini._values import (
+    as_int,
+    as_str,
+    coerce_enum,
+    coerce_enum_list,
+    dump_json,
+    from_micros,
+    now_micros,
+    str_list,
+    to_micros,
+)
+from memini.errors import CorruptionError, InvalidArgumentError
+from memini.types import Event, EventFilter, EventKind, Tier
+
+__all__ = [
+    "EventQuery",
+    "append_events",
+    "list_events",
+    "prepare_events",
+    "prepare_filter",
+    "prune_events",
+    "query_plan",
+]
+
+EventRow = tuple[
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str | None,
+    str,
+    int,
+    float | None,
+    str,
+    int,
+    str | None,
+    str | None,
+]
+"""A validated event as stored (columns in ``_INSERT_COLUMNS`` order)."""
+
+_INSERT_COLUMNS = (
+    "op_id, kind, namespace, query, memory_id, memory_ns, memory_tier, memory_summary, "
+    "rank, score, detail, created_at, query_fold, summary_fold"
+)
+_SELECT_COLUMNS = (
+    "id, op_id, kind, namespace, query, memory_id, memory_ns, memory_tier, memory_summary, "
+    "rank, score, detail, created_at"
+)
+_TEXT_MATCH = (
+    "(instr(coalesce(query_fold, query), :text) > 0 "
+    "OR instr(coalesce(summary_fold, memory_summary), :text) > 0)"
+)
+# Step 2 of a whole-operation filter reads the matching operations through events_by_op
+# ("probe") up to this many operations; above it, with a limit, it walks the time index.
+PROBE_MAX_OPS = 2000
+
+_KINDS = {k.value: k for k in EventKind}
+_TIERS = {t.value: t for t in Tier}
+
+
+def _fold(text: str) -> str | None:
+    """``text.casefold()``, or None when folding changes nothing (the column stays NULL)."""
+    folded = text.casefold()
+    return None if folded == text else folded
+
+
+def _score(value: object, what: str) -> float | None:
+    """Check an optional finite float score (ints are accepted and converted)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, float | int):
+        raise InvalidArgumentError(f"{what} must be a float or None, got a {type(value).__name__}")
+    score = float(value)
+    if not math.isfinite(score):
+        raise InvalidArgumentError(f"{what} must be finite, got {score}")
+    return score
+
+
+def prepare_events(events: Iterable[Event]) -> list[EventRow]:
+    """Validate events and convert them to stored rows.
+
+    ``id`` of the input is ignored (the store assigns it); ``created_at=None`` is stamped
+    with one wall-clock instant for the whole batch; ``memory_tier`` of ``None`` or ``""``
+    means "no tier". The input objects are not modified.
+
+    Args:
+        events: The events, in the order their ids will be assigned.
+
+    Returns:
+        The rows to insert.
+
+    Raises:
+        InvalidArgumentError: Not an iterable of `Event`, an empty ``op_id``, an unknown
+            kind or tier, a non-finite score, a non-JSON detail, or a field of the wrong type.
+    """
+    if isinstance(events, Event | str | bytes) or not isinstance(events, Iterable):
+        raise InvalidArgumentError(f"events must be a list of Event, got a {type(events).__name__}")
+    now = now_micros()
+    rows: list[EventRow] = []
+    for i, event in enumerate(events):
+        what = f"events[{i}]"
+        if not isinstance(event, Event):
+            raise InvalidArgumentError(f"{what} must be an Event, got a {type(event).__name__}")
+        query = as_str(event.query, f"{what}.query")
+        summary = as_str(event.memory_summary, f"{what}.memory_summary")
+        tier = event.memory_tier
+        rows.append(
+            (
+                as_str(event.op_id, f"{what}.op_id", nonempty=True),
+                coerce_enum(EventKind, event.kind, f"{what}.kind").value,
+                as_str(event.namespace, f"{what}.namespace"),
+                query,
+                as_str(event.memory_id, f"{what}.memory_id"),
+                as_str(event.memory_ns, f"{what}.memory_ns"),
+                None
+                if tier is None or tier == ""
+                else coerce_enum(Tier, tier, f"{what}.memory_tier").value,
+                summary,
+                as_int(event.rank, f"{what}.rank"),
+                _score(event.score, f"{what}.score"),
+                dump_json(event.detail, f"{what}.detail"),
+                now
+                if event.created_at is None
+                else to_micros(event.created_at, f"{what}.created_at"),
+                _fold(query),
+                _fold(summary),
+            )
+        )
+    return rows
+
+
+def append_events(conn: sqlite3.Connection, rows: Sequence[EventRow]) -> None:
+    """Insert rows in order; inside one transaction their ids are contiguous.
+
+    Args:
+        conn: The connection, inside a write transaction.
+        rows: Rows from `prepare_events`.
+    """
+    conn.executemany(f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES ({', '.join('?' * 14)})", rows)
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    """A validated `EventFilter`: plain values ready to bind.
+
+    Attributes:
+        namespaces: Namespaces to keep (empty = all).
+        kinds: Kind values to keep (empty = all).
+        tiers: Tier values an operation must touch (empty = no tier filter).
+        text: Case-folded substring an operation's query or summary must contain ("" = none).
+        since: Inclusive lower bound on created_at, in microseconds, or None.
+        before: Cursor created_at in microseconds, or None.
+        before_id: Cursor id (0 = none).
+        limit: Maximum rows (0 = no cap).
+    """
+
+    namespaces: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+    tiers: tuple[str, ...] = ()
+    text: str = ""
+    since: int | None = None
+    before: int | None = None
+    before_id: int = 0
+    limit: int = 0
+
+
+def prepare_filter(filter: EventFilter | None) -> EventQuery:
+    """Validate an `EventFilter` (None = everything).
+
+    ``namespace`` wins over ``namespaces``; ``limit <= 0`` means no cap; ``before_id`` must
+    be >= 0.
+
+    Args:
+        filter: The filter.
+
+    Returns:
+        The validated query.
+
+    Raises:
+        InvalidArgumentError: Not an `EventFilter`, an unknown kind or tier, a bare string
+            where a list is expected, a negative ``before_id``, or a field of the wrong type.
+    """
+    if filter is None:
+        return EventQuery()
+    if not isinstance(filter, EventFilter):
+        raise InvalidArgumentError(
+            f"filter must be an EventFilter or None, got a {type(filter).__name__}"
+        )
+    namespace = as_str(filter.namespace, "filter.namespace")
+    namespaces = (
+        (namespace,)
+        if namespace
+        else tuple(dict.fromkeys(str_list(filter.namespaces, "filter.namespaces")))
+    )
+    before_id = as_int(filter.before_id, "filter.before_id")
+    if before_id < 0:
+        raise InvalidArgumentError(f"filter.before_id must be >= 0, got {before_id}")
+    limit = as_int(filter.limit, "filter.limit")
+    return EventQuery(
+        namespaces=namespaces,
+        kinds=tuple(
+            dict.fromkeys(
+                k.value for k in coerce_enum_list(EventKind, filter.kinds, "filter.kinds")
+            )
+        ),
+        tiers=tuple(
+            dict.fromkeys(t.value for t in coerce_enum_list(Tier, filter.tiers, "filter.tiers"))
+        ),
+        text=as_str(filter.text, "filter.text").casefold(),
+        since=None if filter.since is None else to_micros(filter.since, "filter.since"),
+        before=None if filter.before is None else to_micros(filter.before, "filter.before"),
+        before_id=before_id,
+        limit=max(limit, 0),
+    )
+
+
+def _in_list(column: str, values: Sequence[str], prefix: str, params: dict[str, Any]) -> str:
+    """``column = :p0`` or ``column IN (:p0, :p1, ...)``, binding the values into ``params``."""
+    names = [f"{prefix}{i}" for i in range(len(values))]
+    params.update(zip(names, values, strict=True))
+    if len(names) == 1:
+        return f"{column} = :{names[0]}"
+    return f"{column} IN ({', '.join(':' + n for n in names)})"
+
+
+def _row_conditions(q: EventQuery, params: dict[str, Any]) -> list[str]:
+    """WHERE terms for the row-level filters (namespace, kinds, since, cursor)."""
+    conds: list[str] = []
+    if q.namespaces:
+        conds.append(_in_list("namespace", q.namespaces, "ns", params))
+    if q.kinds:
+        conds.append(_in_list("kind", q.kinds, "kind", params))
+    if q.since is not None:
+        conds.append("created_at >= :since")
+        params["since"] = q.since
+    if q.before is not None:
+        params["before"] = q.before
+        if q.before_id > 0:
+            # Written as a range on created_at plus a tiebreak so the time index seeks to
+            # the cursor instead of filtering everything newer than it.
+            conds.append("created_at <= :before AND (created_at < :before OR id < :before_id)")
+            params["before_id"] = q.before_id
+        else:
+            conds.append("created_at < :before")
+    elif q.before_id > 0:
+        conds.append("id < :before_id")
+        params["before_id"] = q.before_id
+    return conds
+
+
+def _op_match_sql(q: EventQuery, params: dict[str, Any]) -> str:
+    """SELECT of the op_ids with a row matching ``tiers`` and an (other) row matching ``text``."""
+    terms: list[str] = []
+    if q.tiers:
+        terms.append(_in_list("memory_tier", q.tiers, "tier", params))
+    if q.text:
+        terms.append(_TEXT_MATCH)
+        params["text"] = q.text
+    # NOT INDEXED: one sequential pass over the table beats visiting it in op_id order.
+    if len(terms) == 1:
+        return f"SELECT DISTINCT op_id FROM events NOT INDEXED WHERE {terms[0]}"
+    return (
+        f"SELECT op_id FROM events NOT INDEXED WHERE {' OR '.join(terms)} "
+        f"GROUP BY op_id HAVING {' OR '.join(f'max({t})' for t in terms)}"
+    )
+
+
+def _where(conds: list[str]) -> str:
+    """``WHERE a AND b`` or ``""``."""
+    return f"WHERE {' AND '.join(conds)}" if conds else ""
+
+
+def _tail(q: EventQuery, params: dict[str, Any]) -> str:
+    """ORDER BY newest first, and the LIMIT when there is one."""
+    order = "ORDER BY created_at DESC, id DESC"
+    if q.limit > 0:
+        params["limit"] = q.limit
+        return f"{order} LIMIT :limit"
+    return order
+
+
+def _plan(q: EventQuery, n_ops: int | None) -> tuple[str, dict[str, Any]]:
+    """The final SELECT; ``n_ops`` is the size of ``temp.event_ops`` (None: no op filter)."""
+    params: dict[str, Any] = {}
+    conds = _row_conditions(q, params)
+    source = "events"
+    if n_ops is not None:
+        if q.limit > 0 and n_ops > PROBE_MAX_OPS:
+            # Walk a time index newest first; the "+" keeps the planner off events_by_op.
+            conds.append("+op_id IN (SELECT op_id FROM temp.event_ops)")
+        else:
+            # Probe: read just the matching operations' rows, then sort them.
+            source = "events INDEXED BY events_by_op"
+            conds.append("op_id IN (SELECT op_id FROM temp.event_ops)")
+    sql = f"SELECT {_SELECT_COLUMNS} FROM {source} {_where(conds)} {_tail(q, params)}"
+    return sql, params
+
+
+def _collect_ops(conn: sqlite3.Connection, q: EventQuery) -> int:
+    """Step 1 of a whole-operation filter: fill ``temp.event_ops``; returns its row count."""
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS event_ops (op_id TEXT PRIMARY KEY) WITHOUT ROWID")
+    conn.execute("DELETE FROM temp.event_ops")
+    params: dict[str, Any] = {}
+    sql = _op_match_sql(q, params)
+    return conn.execute(f"INSERT INTO temp.event_ops (op_id) {sql}", params).rowcount
+
+
+def _to_event(row: tuple[Any, ...]) -> Event:
+    """Build an `Event` from a stored row (columns in ``_SELECT_COLUMNS`` order)."""
+    (
+        id_,
+        op_id,
+        kind,
+        namespace,
+        query,
+        memory_id,
+        memory_ns,
+        tier,
+        summary,
+        rank,
+        score,
+        detail,
+        created,
+    ) = row
+    try:
+        kind_member = _KINDS[kind]
+        tier_member = None if tier is None else _TIERS[tier]
+        detail_dict = {} if detail == "{}" else json.loads(detail)
+    except (KeyError, ValueError) as exc:
+        raise CorruptionError(f"event {id_} is unreadable: {exc}") from exc
+    return Event(
+        op_id=op_id,
+        kind=kind_member,
+        namespace=namespace,
+        query=query,
+        memory_id=memory_id,
+        memory_ns=memory_ns,
+        memory_tier=tier_member,
+        memory_summary=summary,
+        rank=rank,
+        score=score,
+        detail=detail_dict,
+        created_at=from_micros(created),
+        id=id_,
+    )
+
+
+def list_events(conn: sqlite3.Connection, q: EventQuery) -> list[Event]:
+    """Events matching ``q``, newest first (created_at desc, id desc).
+
+    Args:
+        conn: The connection, inside a read (or write) transaction so both steps of a
+            whole-operation filter see one snapshot.
+        q: A query from `prepare_filter`.
+
+    Returns:
+        The events.
+    """
+    n_ops: int | None = None
+    if q.tiers or q.text:
+        n_ops = _collect_ops(conn, q)
+        if n_ops == 0:
+            return []
+    sql, params = _plan(q, n_ops)
+    return [_to_event(r) for r in conn.execute(sql, params)]
+
+
+def query_plan(conn: sqlite3.Connection, q: EventQuery) -> list[str]:
+    """``EXPLAIN QUERY PLAN`` of the statements `list_events` runs for ``q``.
+
+    Runs step 1 of a whole-operation filter for real (its result decides step 2's plan).
+
+    Args:
+        conn: The connection.
+        q: A query from `prepare_filter`.
+
+    Returns:
+        One line per plan node, each statement introduced by a ``-- `` line.
+    """
+    lines: list[str] = []
+    n_ops: int | None = None
+    if q.tiers or q.text:
+        params: dict[str, Any] = {}
+        sql = f"INSERT INTO temp.event_ops (op_id) {_op_match_sql(q, params)}"
+        lines.append("-- step 1: " + sql)
+        lines += [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+        n_ops = _collect_ops(conn, q)
+        lines.append(f"-- {n_ops} operations match")
+    sql, params = _plan(q, n_ops)
+    lines.append("-- " + sql)
+    lines += [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    return lines
+
+
+def prune_events(conn: sqlite3.Connection, older_than: int | None, keep_max: int) -> int:
+    """Delete rows older than ``older_than``, then all but the newest ``keep_max`` rows.
+
+    Args:
+        conn: The connection, inside a write transaction.
+        older_than: Microseconds; rows with ``created_at`` strictly before it are deleted.
+            None skips this step.
+        keep_max: When > 0, keep only the newest ``keep_max`` rows (by created_at, then id)
+            across every namespace.
+
+    Returns:
+        The number of rows deleted.
+    """
+    deleted = 0
+    if older_than is not None:
+        deleted += conn.execute("DELETE FROM events WHERE created_at < ?", (older_than,)).rowcount
+    if keep_max > 0:
+        # The oldest row to keep, found along events_by_time; everything before it goes.
+        edge = conn.execute(
+            "SELECT created_at, id FROM events ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET ?",
+            (keep_max - 1,),
+        ).fetchone()
+        if edge is not None:
+            deleted += conn.execute(
+                "DELETE FROM events WHERE created_at <= ?1 AND (created_at < ?1 OR id < ?2)",
+                edge,
+            ).rowcount
+    return deleted

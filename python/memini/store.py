@@ -1,0 +1,660 @@
+"""`Store`: the public facade over the Rust engine (memories) and SQLite (links, keys, events).
+
+The facade validates and normalises arguments (datetimes to UTC microseconds, embeddings to
+float32), calls the engine — which releases the GIL for all its work — and converts results
+back to the dataclasses of `memini.types`. It reports to `Metrics` only after a change is
+durable.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from memini import _convert as cv
+from memini._core import Engine
+from memini._sqlite import MetaDB
+from memini.errors import InvalidArgumentError, StoreClosedError
+from memini.metrics import Metrics, NullMetrics
+from memini.types import (
+    APIKey,
+    Event,
+    EventFilter,
+    Filter,
+    Memory,
+    NamespaceActivity,
+    NamespaceLink,
+    Scored,
+    Tier,
+)
+
+__all__ = ["Store"]
+
+_METRICS_MEMORY_TYPES = frozenset({"decision", "preference", "problem"})
+_METRIC_NAMES = ("l2", "cos", "ip")
+
+# Stores opened in this process, closed in a forked child (the parent keeps its lock).
+_open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
+_open_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    for s in list(_open_stores):
+        s._forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _memory_type(memory: Memory) -> str:
+    mt = memory.metadata.get("memory_type") if isinstance(memory.metadata, dict) else None
+    return mt if isinstance(mt, str) and mt in _METRICS_MEMORY_TYPES else ""
+
+
+def _k(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise InvalidArgumentError(f"k must be an int >= 1, got {type(k).__name__}")
+    if k < 1:
+        raise InvalidArgumentError(f"k must be >= 1, got {k}")
+    return k
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
+    return max(min(value, 2**63 - 1), -(2**63))
+
+
+def _text(value: object, what: str) -> str:
+    return cv._check_text(value, what)
+
+
+def _texts(values: object, what: str) -> list[str]:
+    return cv._check_text_list(values, what)
+
+
+def _now(now: datetime | None, what: str = "now") -> int:
+    return cv._now_micros() if now is None else cv.to_micros(now, what)
+
+
+class Store:
+    """An open memini store: memories with vector and keyword search, plus namespace links,
+    API keys and an event log.
+
+    Open with `Store.open`; use as a context manager or call `close`. Safe to share between
+    threads: reads run in parallel without the GIL, writes are serialised and group-committed.
+    Every write method returns only once its change is durable.
+    """
+
+    def __init__(
+        self, engine: Engine, meta: MetaDB, metrics: Metrics, path: Path | None
+    ) -> None:
+        """Internal: use `Store.open`."""
+        self._engine = engine
+        self._meta = meta
+        self._metrics = metrics
+        self._path = path
+        self._dims = engine.dims
+        self._forked = False
+        self._closed = False
+        with _open_lock:
+            _open_stores.add(self)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None,
+        *,
+        dims: int | None = None,
+        metric: Literal["l2", "cos", "ip"] | None = None,
+        metrics: Metrics | None = None,
+    ) -> Store:
+        """Open (or create) the store in directory ``path``; ``None`` = ephemeral, in memory.
+
+        Args:
+            path: Store directory, created when missing.
+            dims: Vector dimensions; required for a new store, checked on reopen.
+            metric: ``"l2"`` (default for a new store), ``"cos"`` or ``"ip"``; checked on reopen.
+            metrics: Receives counters after durable changes (e.g. `PrometheusMetrics`).
+
+        Raises:
+            InvalidArgumentError: Missing/invalid dims or an unknown metric.
+            DimensionMismatchError: dims/metric differ from the stored ones.
+            StoreLockedError: Another live Store holds the directory.
+        """
+        if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int)):
+            raise InvalidArgumentError(f"dims must be an int >= 1, got {type(dims).__name__}")
+        if metric is not None and metric not in _METRIC_NAMES:
+            raise InvalidArgumentError(
+                f"unknown metric {metric!r} (use one of: {', '.join(_METRIC_NAMES)})"
+            )
+        p = None if path is None else Path(os.fspath(path)).absolute()
+        engine = Engine(None if p is None else str(p), dims, metric)
+        try:
+            meta = MetaDB.open(None if p is None else str(p))
+        except BaseException:
+            engine.close()
+            raise
+        return cls(engine, meta, metrics if metrics is not None else NullMetrics(), p)
+
+    def _check(self) -> None:
+        if self._forked or self._closed:
+            raise StoreClosedError(
+                "store is closed" if self._closed else "store was opened before fork()"
+                " and is closed in this child process; open it in one owning process"
+            )
+
+    def close(self) -> None:
+        """Checkpoint the indexes and release the store. Idempotent; waits for in-flight calls.
+
+        In a process forked from the owner this is a no-op (the parent keeps the lock).
+        """
+        if self._forked or self._closed:
+            return
+        self._closed = True
+        try:
+            self._meta.close()
+        finally:
+            self._engine.close()
+
+    def __enter__(self) -> Self:
+        self._check()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = "memory" if self._path is None else str(self._path)
+        state = "closed" if self._closed or self._forked else "open"
+        return f"<memini.Store {where} dims={self._dims} {state}>"
+
+    def ping(self) -> None:
+        """Raise `StoreClosedError` if the store is closed; else do nothing."""
+        self._check()
+        self._engine.ping()
+        self._meta.ping()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per namespace and tier, index sizes and bytes on disk (free-form)."""
+        self._check()
+        out = self._engine.stats()
+        out["meta"] = self._meta.stats()
+        return out
+
+    def backup(self, path: str | os.PathLike[str]) -> None:
+        """Write a consistent snapshot of the store into the new directory ``path``.
+
+        The snapshot (memories, vectors, links, keys, events, settings) opens with
+        `Store.open`. Readers are not blocked; writers wait while the rows are copied.
+
+        Raises:
+            InvalidArgumentError: ``path`` already exists.
+        """
+        self._check()
+        dest = Path(os.fspath(path)).absolute()
+        self._engine.backup(str(dest))
+        self._meta.backup(str(dest))
+
+    def compact(self) -> None:
+        """Reclaim the space of deleted rows (index tombstones, row-store free pages)."""
+        self._check()
+        self._engine.compact()
+        self._meta.compact()
+
+    # ------------------------------------------------------------------ memories: writes
+
+    def _report_upsert(self, inserted: bool, memory: Memory) -> None:
+        op = "insert" if inserted else "update"
+        self._metrics.upsert(op, str(memory.tier), _memory_type(memory))
+
+    def upsert(self, memory: Memory) -> None:
+        """Insert, or replace by id within its namespace (see API.md for every rule).
+
+        Raises:
+            ConflictError: The id lives in another namespace (nothing written).
+            DimensionMismatchError: Embedding of the wrong length.
+            InvalidArgumentError: Any invalid field (NaN/inf embedding, non-JSON metadata, ...).
+        """
+        self._check()
+        row = cv.memory_to_row(memory, self._dims)
+        (inserted,) = self._engine.upsert_many([row])
+        self._report_upsert(inserted, memory)
+
+    def upsert_many(self, memories: Iterable[Memory]) -> int:
+        """Upsert every memory in one atomic, durable commit (all or nothing).
+
+        Returns:
+            ``len(memories)``.
+        """
+        self._check()
+        ms = list(memories)
+        rows = [cv.memory_to_row(m, self._dims) for m in ms]
+        inserted = self._engine.upsert_many(rows)
+        for ins, m in zip(inserted, ms, strict=True):
+            self._report_upsert(ins, m)
+        return len(ms)
+
+    def update(self, namespace: str, id: str, **fields: Any) -> Memory:
+        """Change only the named fields of a memory; return the stored row.
+
+        ``embedding=`` replaces the vector (``None`` removes it; omitting keeps it);
+        ``metadata=`` replaces the whole dict; ``updated_at`` is stamped now unless given.
+
+        Raises:
+            NotFoundError: No such memory in ``namespace``.
+        """
+        self._check()
+        row = cv.fields_to_row(fields, self._dims)
+        stored = cv.row_to_memory(
+            self._engine.update(_text(namespace, "namespace"), _text(id, "id"), row)
+        )
+        self._metrics.upsert("update", str(stored.tier), _memory_type(stored))
+        return stored
+
+    def delete(self, namespace: str, id: str) -> None:
+        """Delete a memory.
+
+        Raises:
+            NotFoundError: No such memory in ``namespace``.
+        """
+        self._check()
+        self._engine.delete(_text(namespace, "namespace"), _text(id, "id"))
+        self._metrics.delete()
+
+    def set_superseded(self, namespace: str, id: str, superseded_by: str) -> None:
+        """Tombstone a memory; stamps ``valid_to`` with the wall clock unless already set."""
+        self._check()
+        self._engine.set_superseded(
+            _text(namespace, "namespace"),
+            _text(id, "id"),
+            _text(superseded_by, "superseded_by"),
+            cv._now_micros(),
+        )
+        self._metrics.soft_delete()
+
+    def restore(self, namespace: str, id: str) -> None:
+        """Clear ``superseded_by`` and ``valid_to``."""
+        self._check()
+        self._engine.restore(_text(namespace, "namespace"), _text(id, "id"))
+
+    def reinforce(
+        self,
+        namespace: str,
+        ids: Sequence[str],
+        accessed_at: datetime,
+        new_expiry: datetime | None = None,
+    ) -> None:
+        """Count an access: ``access_count += 1`` and ``last_accessed_at = accessed_at``.
+
+        ``new_expiry`` replaces ``expires_at`` only on rows that already expire; missing ids
+        are ignored.
+        """
+        self._check()
+        self._engine.reinforce(
+            _text(namespace, "namespace"),
+            _texts(ids, "ids"),
+            cv.to_micros(accessed_at, "accessed_at"),
+            cv.opt_micros(new_expiry, "new_expiry"),
+        )
+
+    def delete_if_expired_before(self, namespace: str, id: str, cutoff: datetime) -> None:
+        """Delete the memory only if its ``expires_at <= cutoff``.
+
+        Raises:
+            NotFoundError: Absent, or not expiring by ``cutoff`` (e.g. reinforced meanwhile).
+        """
+        self._check()
+        row = self._engine.delete_if_expired_before(
+            _text(namespace, "namespace"), _text(id, "id"), cv.to_micros(cutoff, "cutoff")
+        )
+        self._metrics.sweep_expired(row["tier"])
+
+    def sweep_expired(self, now: datetime | None = None, limit: int = 0) -> int:
+        """Delete rows with ``expires_at <= now`` across namespaces (``limit <= 0``: all).
+
+        Returns:
+            Rows deleted.
+        """
+        self._check()
+        tiers = self._engine.sweep_expired(_now(now), _int(limit, "limit"))
+        for t in tiers:
+            self._metrics.sweep_expired(t)
+        return len(tiers)
+
+    def delete_namespace(self, namespace: str) -> int:
+        """Delete every memory of ``namespace`` and the links with it at either end.
+
+        Links go first, then memories; a retry after a crash finishes the job.
+
+        Returns:
+            Memories deleted.
+        """
+        self._check()
+        ns = _text(namespace, "namespace")
+        self._meta.delete_links_of_namespace(ns)
+        tiers = self._engine.delete_namespace(ns)
+        for _ in tiers:
+            self._metrics.delete()
+        return len(tiers)
+
+    def reassign(self, from_ns: str, ids: Sequence[str], to_ns: str) -> int:
+        """Move memories to another namespace (vectors and keyword entries move too).
+
+        Returns:
+            Rows moved; absent ids are skipped; ``from_ns == to_ns`` moves nothing.
+        """
+        self._check()
+        return self._engine.reassign(
+            _text(from_ns, "from_ns"), _texts(ids, "ids"), _text(to_ns, "to_ns")
+        )
+
+    def retier(
+        self, namespace: str, id: str, tier: Tier | str, expires_at: datetime | None
+    ) -> None:
+        """Move a memory to another tier; ``expires_at=None`` clears its expiry."""
+        self._check()
+        self._engine.retier(
+            _text(namespace, "namespace"),
+            _text(id, "id"),
+            cv.coerce_enum(Tier, tier, "tier").value,
+            cv.opt_micros(expires_at, "expires_at"),
+        )
+
+    def set_confidence(self, namespace: str, id: str, confidence: float, now: datetime) -> None:
+        """Set ``confidence`` and ``updated_at = now``.
+
+        Raises:
+            NotFoundError: Missing, or its validity has ended (``valid_to <= now``).
+        """
+        self._check()
+        self._engine.set_confidence(
+            _text(namespace, "namespace"),
+            _text(id, "id"),
+            cv._check_float(confidence, "confidence"),
+            cv.to_micros(now, "now"),
+        )
+
+    def mark_contradicted(
+        self,
+        namespace: str,
+        id: str,
+        contradicted_by: str,
+        confidence: float,
+        now: datetime,
+    ) -> None:
+        """Record a contradiction: metadata ``contradicted_by`` and
+        ``contradicted_prev_confidence``, the new confidence, ``valid_to = now`` unless set,
+        and ``updated_at = now``."""
+        self._check()
+        self._engine.mark_contradicted(
+            _text(namespace, "namespace"),
+            _text(id, "id"),
+            _text(contradicted_by, "contradicted_by"),
+            cv._check_float(confidence, "confidence"),
+            cv.to_micros(now, "now"),
+        )
+
+    def set_embed_model(self, model: str) -> None:
+        """Record the name of the embedding model the vectors come from."""
+        self._check()
+        self._engine.set_embed_model(_text(model, "model"))
+
+    # ------------------------------------------------------------------ memories: reads
+
+    def get(self, namespace: str, id: str) -> Memory:
+        """One memory (expired and superseded ones too); ``embedding`` is None.
+
+        Raises:
+            NotFoundError: Absent or in another namespace.
+        """
+        self._check()
+        return cv.row_to_memory(self._engine.get(_text(namespace, "namespace"), _text(id, "id")))
+
+    def get_embedding(self, namespace: str, id: str) -> npt.NDArray[np.float32] | None:
+        """The stored vector, bit-exact float32; None for a keyword-only row.
+
+        Raises:
+            NotFoundError: Absent.
+        """
+        self._check()
+        return self._engine.get_embedding(_text(namespace, "namespace"), _text(id, "id"))
+
+    def ids_by_prefix(self, namespace: str, prefix: str, limit: int) -> list[str]:
+        """Ids starting with the literal, case-sensitive ``prefix``, ascending.
+
+        ``""`` or ``limit <= 0`` give ``[]``.
+        """
+        self._check()
+        return self._engine.ids_by_prefix(
+            _text(namespace, "namespace"), _text(prefix, "prefix"), _int(limit, "limit")
+        )
+
+    def predecessor_ids(self, namespace: str, id: str) -> list[str]:
+        """Ids of the memories whose ``superseded_by == id``."""
+        self._check()
+        return self._engine.predecessor_ids(_text(namespace, "namespace"), _text(id, "id"))
+
+    def get_by_fingerprint(
+        self, namespace: str, tier: Tier | str, fingerprint: str, now: datetime | None = None
+    ) -> Memory:
+        """The newest live memory (by ``created_at``) with this content fingerprint.
+
+        Raises:
+            NotFoundError: None, or ``fingerprint == ""``.
+        """
+        self._check()
+        return cv.row_to_memory(
+            self._engine.get_by_fingerprint(
+                _text(namespace, "namespace"),
+                cv.coerce_enum(Tier, tier, "tier").value,
+                _text(fingerprint, "fingerprint"),
+                _now(now),
+            )
+        )
+
+    def list_expired(self, now: datetime, limit: int) -> list[Memory]:
+        """Memories of every namespace with ``expires_at <= now`` (``limit <= 0``: no cap)."""
+        self._check()
+        rows = self._engine.list_expired(cv.to_micros(now, "now"), _int(limit, "limit"))
+        return [cv.row_to_memory(r) for r in rows]
+
+    def list(
+        self, namespace: str, filter: Filter | None = None, limit: int = 0, offset: int = 0
+    ) -> list[Memory]:
+        """Memories passing ``filter``, ordered by ``filter.sort`` (ties by id ascending).
+
+        ``limit <= 0`` returns all; the first ``offset`` rows are skipped.
+        """
+        self._check()
+        rows = self._engine.list(
+            _text(namespace, "namespace"),
+            cv.filter_to_spec(filter),
+            _int(limit, "limit"),
+            _int(offset, "offset"),
+        )
+        return [cv.row_to_memory(r) for r in rows]
+
+    def count(self, namespace: str, filter: Filter | None = None) -> int:
+        """How many memories `list` would return with no limit."""
+        self._check()
+        return self._engine.count(_text(namespace, "namespace"), cv.filter_to_spec(filter))
+
+    def list_namespaces(self) -> list[str]:
+        """Every namespace holding any memory, ascending."""
+        self._check()
+        return self._engine.list_namespaces()
+
+    def namespace_activity(self, now: datetime | None = None) -> list[NamespaceActivity]:
+        """Per namespace with a live memory: live count and newest live ``created_at``."""
+        self._check()
+        return [
+            NamespaceActivity(ns=ns, total=n, last_write=cv.from_micros(t))
+            for ns, n, t in self._engine.namespace_activity(_now(now))
+        ]
+
+    def embed_model(self) -> str:
+        """The embedding model name, ``""`` until set."""
+        self._check()
+        return self._engine.embed_model()
+
+    def refresh_active_counts(self, now: datetime | None = None) -> None:
+        """Report ``active_by_tier`` to the metrics for every tier, from the live rows."""
+        self._check()
+        for tier, n in self._engine.active_by_tier(_now(now)):
+            self._metrics.active_by_tier(tier, n)
+
+    # ------------------------------------------------------------------ search
+
+    def _scored(self, hits: list[tuple[Any, float]]) -> list[Scored]:
+        return [Scored(cv.row_to_memory(r), s) for r, s in hits]
+
+    def vector_search(
+        self,
+        namespace: str,
+        vector: npt.ArrayLike,
+        filter: Filter | None = None,
+        k: int = 10,
+    ) -> list[Scored]:
+        """The ``k`` nearest memories passing ``filter``, best first.
+
+        Exactly ``min(k, matching rows with a vector)`` results; scores computed in f64 from
+        the stored vectors (l2: ``1/(1+distance)``, cos: cosine, ip: inner product).
+
+        Raises:
+            DimensionMismatchError: Query of the wrong length.
+            InvalidArgumentError: ``k < 1`` or a malformed query/filter.
+        """
+        self._check()
+        k = _k(k)
+        q = cv.query_to_array(vector, self._dims)
+        spec = cv.filter_to_spec(filter)
+        return self._scored(self._engine.vector_search(_text(namespace, "namespace"), q, spec, k))
+
+    def vector_search_many(
+        self,
+        namespace: str,
+        vectors: npt.ArrayLike,
+        filter: Filter | None = None,
+        k: int = 10,
+    ) -> list[list[Scored]]:
+        """`vector_search` for each row of a 2-D array of queries, searched in parallel."""
+        self._check()
+        k = _k(k)
+        qs = cv.queries_to_array(vectors, self._dims)
+        spec = cv.filter_to_spec(filter)
+        results = self._engine.vector_search_many(_text(namespace, "namespace"), qs, spec, k)
+        return [self._scored(r) for r in results]
+
+    def keyword_search(
+        self, namespace: str, query: str, filter: Filter | None = None, k: int = 10
+    ) -> list[Scored]:
+        """BM25 search over content, summary and tags, best first, positive scores.
+
+        Any str is a valid query (never parsed as syntax); its words are OR-ed; a query with
+        no word of >= 2 letters/digits returns ``[]``. BM25 statistics are corpus-wide.
+        """
+        self._check()
+        k = _k(k)
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        # lone surrogates cannot cross into Rust: they are not letters, so drop them
+        q = query.encode("utf-8", "replace").decode("utf-8")
+        spec = cv.filter_to_spec(filter)
+        return self._scored(self._engine.keyword_search(_text(namespace, "namespace"), q, spec, k))
+
+    # ------------------------------------------------------------------ links (SQLite)
+
+    def put_link(self, link: NamespaceLink) -> None:
+        """Upsert a namespace link on (src, dst), overwriting tiers, note and created_at."""
+        self._check()
+        self._meta.put_link(link)
+
+    def delete_link(self, src: str, dst: str) -> bool:
+        """Delete a link; return whether one existed."""
+        self._check()
+        return self._meta.delete_link(src, dst)
+
+    def list_links(self, src: str) -> list[NamespaceLink]:
+        """Links from ``src``, by dst."""
+        self._check()
+        return self._meta.list_links(src)
+
+    def list_all_links(self) -> list[NamespaceLink]:
+        """Every link, by (src, dst)."""
+        self._check()
+        return self._meta.list_all_links()
+
+    def rename_link_endpoints(self, from_ns: str, to_ns: str) -> None:
+        """Rewrite both ends of links from ``from_ns`` to ``to_ns`` (see API.md on collisions)."""
+        self._check()
+        self._meta.rename_link_endpoints(from_ns, to_ns)
+
+    # ------------------------------------------------------------------ API keys (SQLite)
+
+    def put_api_key(self, key: APIKey) -> None:
+        """Upsert an API key by name (``created_at=None`` keeps the stored one).
+
+        Raises:
+            ConflictError: The hash is used by another name.
+        """
+        self._check()
+        self._meta.put_api_key(key)
+
+    def authenticate(self, secret: str) -> APIKey | None:
+        """The enabled key whose hash is ``hash_api_key(secret)``, else None."""
+        self._check()
+        return self._meta.authenticate(secret)
+
+    def delete_api_key(self, name: str) -> bool:
+        """Delete a key; return whether it existed."""
+        self._check()
+        return self._meta.delete_api_key(name)
+
+    def list_api_keys(self) -> list[APIKey]:
+        """Every key, by name (hashes only)."""
+        self._check()
+        return self._meta.list_api_keys()
+
+    def get_api_key_by_hash(self, hash: str) -> APIKey | None:
+        """The key with this hash, else None."""
+        self._check()
+        return self._meta.get_api_key_by_hash(hash)
+
+    def rename_api_key_namespaces(self, from_ns: str, to_ns: str) -> None:
+        """Rewrite ``home_ns`` and ``default_ns`` equal to ``from_ns``, each independently."""
+        self._check()
+        self._meta.rename_api_key_namespaces(from_ns, to_ns)
+
+    # ------------------------------------------------------------------ events (SQLite)
+
+    def append_events(self, events: Iterable[Event]) -> None:
+        """Append a batch in one transaction, with contiguous ids in list order."""
+        self._check()
+        self._meta.append_events(events)
+
+    def list_events(self, filter: EventFilter | None = None) -> list[Event]:
+        """Events newest first (created_at desc, id desc), as API.md's EventFilter selects."""
+        self._check()
+        return self._meta.list_events(filter)
+
+    def prune_events(self, older_than: datetime | None = None, keep_max: int = 0) -> int:
+        """Delete events older than ``older_than``, then all but the newest ``keep_max``."""
+        self._check()
+        return self._meta.prune_events(older_than, keep_max)

@@ -1,0 +1,28 @@
+//! The Python binding (`memini._core`): the only place pyo3 and numpy appear.
+//!
+//! Every method does three steps: (a) extract Python arguments into owned Rust values
+//! (`convert`), (b) run the core with the GIL released, converting the error in one place
+//! (`errors::run`), (c) build the Python result.
+
+mod convert;
+mod engine;
+mod errors;
+
+use pyo3::prelude::*;
+
+/// The build profile of this extension ("release" or "debug"); benchmarks refuse debug.
+#[pyfunction]
+fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<engine::PyEngine>()?;
+    m.add_function(wrap_pyfunction!(build_profile, m)?)?;
+    Ok(())
+}

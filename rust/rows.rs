@@ -1,0 +1,426 @@
+//! The durable row store: the single source of truth, on redb (ACID, fsync'd commits, one
+//! writer, MVCC readers).
+//!
+//! Tables (all keyed by the row's internal id `rid`, assigned once at insert, never reused):
+//! - `ids`: memory id -> rid (ids are unique across namespaces);
+//! - `cols`: rid -> [`Col`], the small record the in-memory filter columns are built from, so
+//!   loading columns on open reads no payloads;
+//! - `payload`: rid -> [`Payload`] (content, summary, metadata, tags, links, fingerprint);
+//! - `vectors`: rid -> little-endian f32 bytes (absent for keyword-only rows);
+//! - `changelog`: sequence -> [`Change`], written in the same transaction as the change, so the
+//!   derived indexes can replay deletes and moves after their last checkpoint;
+//! - `meta`: settings (format version, dims, metric, embed model) and counters.
+//!
+//! Invariant: a row exists iff it has an `ids`, a `cols` and a `payload` entry; all three are
+//! written and removed together in one transaction.
+
+use std::path::Path;
+
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::types::{Level, Memory, Micros, Tier};
+
+const IDS: TableDefinition<&str, u64> = TableDefinition::new("ids");
+const COLS: TableDefinition<u64, &[u8]> = TableDefinition::new("cols");
+const PAYLOAD: TableDefinition<u64, &[u8]> = TableDefinition::new("payload");
+const VECTORS: TableDefinition<u64, &[u8]> = TableDefinition::new("vectors");
+const CHANGELOG: TableDefinition<u64, &[u8]> = TableDefinition::new("changelog");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// On-disk format written by this build; a store with a newer one is refused.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Page cache of the row store, bytes. Payloads are read on demand through it.
+const CACHE_BYTES: usize = 256 << 20;
+
+/// The per-row record the filter columns are built from (no payload).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Col {
+    /// Memory id.
+    pub id: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Tier.
+    pub tier: Tier,
+    /// Level.
+    pub level: Option<Level>,
+    /// Hashes of the tags (see [`crate::columns::tag_hash`]).
+    pub tag_hashes: Vec<u64>,
+    /// Hashes of the top-level string metadata pairs (see [`crate::columns::pair_hash`]).
+    pub meta_hashes: Vec<u64>,
+    /// Creation instant.
+    pub created_at: Micros,
+    /// Update instant.
+    pub updated_at: Micros,
+    /// Last access instant.
+    pub last_accessed_at: Micros,
+    /// Access counter.
+    pub access_count: i64,
+    /// Importance.
+    pub importance: f64,
+    /// Expiry.
+    pub expires_at: Option<Micros>,
+    /// Tombstone target.
+    pub superseded_by: Option<String>,
+    /// Validity start.
+    pub valid_from: Option<Micros>,
+    /// Validity end.
+    pub valid_to: Option<Micros>,
+    /// Confidence.
+    pub confidence: Option<f64>,
+    /// Hash of the content fingerprint.
+    pub fingerprint_hash: u64,
+    /// Key of the row's current vector in the vector index; never reused.
+    pub vkey: Option<u64>,
+    /// Changelog sequence of the row's last write (its version).
+    pub version: u64,
+}
+
+/// The row's payload: everything no filter looks at.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Payload {
+    /// Content.
+    pub content: String,
+    /// Summary.
+    pub summary: String,
+    /// Metadata JSON text.
+    pub metadata: String,
+    /// Tags, in order.
+    pub tags: Vec<String>,
+    /// Linked ids.
+    pub linked_memory_ids: Vec<String>,
+    /// Content fingerprint (hex).
+    pub fingerprint: String,
+}
+
+/// One changelog entry: the row `rid` changed (or vanished); `removed_vkey` is the vector key
+/// that the change took out of the vector index, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// Row touched.
+    pub rid: u64,
+    /// Vector key removed by this change.
+    pub removed_vkey: Option<u64>,
+}
+
+/// Joins the two halves of a row into the API's `Memory`.
+#[must_use]
+pub fn to_memory(col: &Col, p: Payload) -> Memory {
+    Memory {
+        id: col.id.clone(),
+        namespace: col.namespace.clone(),
+        content: p.content,
+        tier: col.tier,
+        level: col.level,
+        summary: p.summary,
+        metadata: p.metadata,
+        tags: p.tags,
+        importance: col.importance,
+        created_at: col.created_at,
+        updated_at: col.updated_at,
+        last_accessed_at: col.last_accessed_at,
+        access_count: col.access_count,
+        expires_at: col.expires_at,
+        superseded_by: col.superseded_by.clone(),
+        valid_from: col.valid_from,
+        valid_to: col.valid_to,
+        confidence: col.confidence,
+        linked_memory_ids: p.linked_memory_ids,
+        fingerprint: p.fingerprint,
+    }
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    bincode::serialize(v).map_err(|e| Error::storage("encoding a record", e))
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T> {
+    Ok(bincode::deserialize(bytes)?)
+}
+
+/// f32 slice <-> little-endian bytes (bit-exact).
+fn vector_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn bytes_vector(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The redb database with this crate's tables.
+pub struct RowStore {
+    db: Database,
+}
+
+/// A read snapshot.
+pub struct Snapshot {
+    txn: ReadTransaction,
+}
+
+impl RowStore {
+    /// Opens (or creates) the row store at `path` (`None` = in memory) and checks its format.
+    pub fn open(path: Option<&Path>) -> Result<Self> {
+        let mut builder = Database::builder();
+        builder.set_cache_size(CACHE_BYTES);
+        let db = match path {
+            Some(p) => builder.create(p)?,
+            None => builder.create_with_backend(redb::backends::InMemoryBackend::new())?,
+        };
+        let store = Self { db };
+        let mut txn = store.db.begin_write()?;
+        {
+            for t in [COLS, PAYLOAD, VECTORS, CHANGELOG] {
+                txn.open_table(t)?;
+            }
+            txn.open_table(IDS)?;
+            let mut meta = txn.open_table(META)?;
+            let stored = meta.get("format")?.map(|v| decode::<u64>(v.value())).transpose()?;
+            let format = match stored {
+                Some(f) => f,
+                None => {
+                    meta.insert("format", encode(&FORMAT_VERSION)?.as_slice())?;
+                    FORMAT_VERSION
+                }
+            };
+            if format > FORMAT_VERSION {
+                return Err(Error::Corruption(format!(
+                    "store format {format} is newer than this memini understands ({FORMAT_VERSION}): upgrade memini"
+                )));
+            }
+        }
+        txn.set_durability(Durability::Immediate)?;
+        txn.commit()?;
+        Ok(store)
+    }
+
+    /// A consistent read snapshot.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        Ok(Snapshot { txn: self.db.begin_read()? })
+    }
+
+    /// Starts the (single) write transaction; it becomes durable on [`Batch::commit`].
+    pub fn begin(&self) -> Result<Batch> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        Ok(Batch { txn })
+    }
+
+    /// Reclaims free pages. Needs `&mut`: no transaction may be open.
+    pub fn compact(&mut self) -> Result<()> {
+        self.db.compact()?;
+        Ok(())
+    }
+
+    /// Copies every table, as of one snapshot, into a new row store at `dest`.
+    pub fn backup_to(&self, dest: &Path) -> Result<()> {
+        let snap = self.snapshot()?;
+        let out = Database::create(dest)?;
+        let mut txn = out.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        copy_table(&snap.txn, &txn, IDS)?;
+        copy_table(&snap.txn, &txn, META)?;
+        for t in [COLS, PAYLOAD, VECTORS, CHANGELOG] {
+            copy_table(&snap.txn, &txn, t)?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+}
+
+fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    src: &ReadTransaction,
+    dst: &redb::WriteTransaction,
+    def: TableDefinition<K, V>,
+) -> Result<()> {
+    let from = src.open_table(def)?;
+    let mut to = dst.open_table(def)?;
+    for entry in from.iter()? {
+        let (k, v) = entry?;
+        to.insert(k.value(), v.value())?;
+    }
+    Ok(())
+}
+
+impl Snapshot {
+    /// A meta value.
+    pub fn meta<T: for<'de> Deserialize<'de>>(&self, key: &str) -> Result<Option<T>> {
+        let t = self.txn.open_table(META)?;
+        t.get(key)?.map(|v| decode(v.value())).transpose()
+    }
+
+    /// Every row's column record, in rid order.
+    pub fn cols(&self) -> Result<Vec<(u64, Col)>> {
+        let t = self.txn.open_table(COLS)?;
+        let mut out = Vec::with_capacity(usize::try_from(t.len()?).unwrap_or(0));
+        for entry in t.iter()? {
+            let (k, v) = entry?;
+            out.push((k.value(), decode(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// The rid of a memory id.
+    pub fn rid(&self, id: &str) -> Result<Option<u64>> {
+        Ok(self.txn.open_table(IDS)?.get(id)?.map(|v| v.value()))
+    }
+
+    /// The column record of a row.
+    pub fn col(&self, rid: u64) -> Result<Option<Col>> {
+        let t = self.txn.open_table(COLS)?;
+        t.get(rid)?.map(|v| decode(v.value())).transpose()
+    }
+
+    /// Payloads of rows, in the order asked; a missing row is a corruption.
+    pub fn payloads(&self, rids: &[u64]) -> Result<Vec<Payload>> {
+        let t = self.txn.open_table(PAYLOAD)?;
+        rids.iter()
+            .map(|rid| match t.get(*rid)? {
+                Some(v) => decode(v.value()),
+                None => Err(Error::Corruption(format!("row {rid} has no payload"))),
+            })
+            .collect()
+    }
+
+    /// The stored vector of a row.
+    pub fn vector(&self, rid: u64) -> Result<Option<Vec<f32>>> {
+        let t = self.txn.open_table(VECTORS)?;
+        Ok(t.get(rid)?.map(|v| bytes_vector(v.value())))
+    }
+
+    /// Calls `f` with every stored vector (rid order).
+    pub fn for_each_vector(&self, mut f: impl FnMut(u64, Vec<f32>) -> Result<()>) -> Result<()> {
+        let t = self.txn.open_table(VECTORS)?;
+        for entry in t.iter()? {
+            let (k, v) = entry?;
+            f(k.value(), bytes_vector(v.value()))?;
+        }
+        Ok(())
+    }
+
+    /// Changelog entries with sequence > `after`, in order.
+    pub fn changes_after(&self, after: u64) -> Result<Vec<(u64, Change)>> {
+        let t = self.txn.open_table(CHANGELOG)?;
+        let mut out = Vec::new();
+        for entry in t.range(after.saturating_add(1)..)? {
+            let (k, v) = entry?;
+            out.push((k.value(), decode(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// Number of rows.
+    pub fn row_count(&self) -> Result<u64> {
+        Ok(self.txn.open_table(COLS)?.len()?)
+    }
+}
+
+/// The open write transaction of one commit group.
+pub struct Batch {
+    txn: redb::WriteTransaction,
+}
+
+impl Batch {
+    /// A meta value as seen by this transaction.
+    pub fn meta<T: for<'de> Deserialize<'de>>(&self, key: &str) -> Result<Option<T>> {
+        let t = self.txn.open_table(META)?;
+        let v = t.get(key)?.map(|v| decode(v.value())).transpose();
+        v
+    }
+
+    /// Sets a meta value.
+    pub fn set_meta<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
+        self.txn.open_table(META)?.insert(key, encode(value)?.as_slice())?;
+        Ok(())
+    }
+
+    /// The rid of a memory id, pending writes included.
+    pub fn rid(&self, id: &str) -> Result<Option<u64>> {
+        Ok(self.txn.open_table(IDS)?.get(id)?.map(|v| v.value()))
+    }
+
+    /// The column record of a row, pending writes included.
+    pub fn col(&self, rid: u64) -> Result<Option<Col>> {
+        let t = self.txn.open_table(COLS)?;
+        let v = t.get(rid)?.map(|v| decode(v.value())).transpose();
+        v
+    }
+
+    /// The payload of a row, pending writes included.
+    pub fn payload(&self, rid: u64) -> Result<Payload> {
+        let t = self.txn.open_table(PAYLOAD)?;
+        let v = match t.get(rid)? {
+            Some(v) => decode(v.value()),
+            None => Err(Error::Corruption(format!("row {rid} has no payload"))),
+        };
+        v
+    }
+
+    /// The vector of a row, pending writes included.
+    pub fn vector(&self, rid: u64) -> Result<Option<Vec<f32>>> {
+        let t = self.txn.open_table(VECTORS)?;
+        let v = t.get(rid)?.map(|v| bytes_vector(v.value()));
+        Ok(v)
+    }
+
+    /// Writes a row's column record (and, when given, its payload).
+    pub fn put(&self, rid: u64, col: &Col, payload: Option<&Payload>) -> Result<()> {
+        self.txn.open_table(IDS)?.insert(col.id.as_str(), rid)?;
+        self.txn.open_table(COLS)?.insert(rid, encode(col)?.as_slice())?;
+        if let Some(p) = payload {
+            self.txn.open_table(PAYLOAD)?.insert(rid, encode(p)?.as_slice())?;
+        }
+        Ok(())
+    }
+
+    /// Replaces (Some) or removes (None) a row's vector.
+    pub fn put_vector(&self, rid: u64, v: Option<&[f32]>) -> Result<()> {
+        let mut t = self.txn.open_table(VECTORS)?;
+        match v {
+            Some(v) => {
+                t.insert(rid, vector_bytes(v).as_slice())?;
+            }
+            None => {
+                t.remove(rid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a row entirely.
+    pub fn remove(&self, rid: u64, id: &str) -> Result<()> {
+        self.txn.open_table(IDS)?.remove(id)?;
+        self.txn.open_table(COLS)?.remove(rid)?;
+        self.txn.open_table(PAYLOAD)?.remove(rid)?;
+        self.txn.open_table(VECTORS)?.remove(rid)?;
+        Ok(())
+    }
+
+    /// Appends a changelog entry.
+    pub fn log(&self, seq: u64, change: Change) -> Result<()> {
+        self.txn.open_table(CHANGELOG)?.insert(seq, encode(&change)?.as_slice())?;
+        Ok(())
+    }
+
+    /// Drops changelog entries with sequence <= `upto` (every derived index has them).
+    pub fn truncate_log(&self, upto: u64) -> Result<()> {
+        let mut t = self.txn.open_table(CHANGELOG)?;
+        t.retain_in(..=upto, |_, _| false)?;
+        Ok(())
+    }
+
+    /// Makes the transaction durable (fsync) or fails as a whole.
+    pub fn commit(self) -> Result<()> {
+        self.txn.commit()?;
+        Ok(())
+    }
+
+    /// Abandons the transaction.
+    pub fn abort(self) -> Result<()> {
+        self.txn.abort()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,573 @@
+//! The vector index: one partition per namespace, derived from the row store.
+//!
+//! - A namespace with fewer than [`GRAPH_MIN`] vectors is a flat array scanned exactly.
+//! - A larger one is a usearch HNSW graph (SIMD kernels). Keys are the rows' vector keys
+//!   (`Col::vkey`), allocated monotonically and never reused, because usearch misbehaves when
+//!   a removed key is added again.
+//! - A search gets a [`Plan`] from the engine: no predicate (every row passes), an exact scan
+//!   of the listed keys, or HNSW with the predicate inside the traversal, widened per call
+//!   (a larger `count`, never the shared expansion setting) until k hits, else an exact scan.
+//! - Final scores are recomputed in f64 from the stored f32 vectors, so a score never depends
+//!   on the kernel or the plan.
+//! - usearch serves only as many concurrent calls as it has thread slots: every call into a
+//!   graph holds a permit of [`Slots`]. Structural changes (reserve, add, remove, save,
+//!   compact) happen under the engine's exclusive state lock.
+
+use std::collections::{BinaryHeap, HashMap};
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use parking_lot::{Condvar, Mutex};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
+
+use crate::error::{Error, Result};
+use crate::types::Metric;
+
+/// Below this many vectors a namespace is a flat array (exact scans beat a graph there).
+pub const GRAPH_MIN: usize = 2048;
+/// A filtered search whose candidates number at most this is an exact scan of them.
+pub const EXACT_MAX: usize = 4096;
+/// HNSW connectivity (M).
+pub const CONNECTIVITY: usize = 16;
+/// HNSW construction breadth.
+pub const EXPANSION_ADD: usize = 128;
+/// Default HNSW search breadth (the `count` floor of every graph search).
+pub const EXPANSION_SEARCH: usize = 64;
+/// usearch thread slots reserved per graph = permits of [`Slots`].
+const THREAD_SLOTS: usize = 32;
+
+/// A counting semaphore bounding concurrent calls into usearch.
+pub struct Slots {
+    free: Mutex<usize>,
+    cv: Condvar,
+}
+
+struct Permit<'a>(&'a Slots);
+
+impl Slots {
+    fn new(n: usize) -> Self {
+        Self { free: Mutex::new(n), cv: Condvar::new() }
+    }
+    fn acquire(&self) -> Permit<'_> {
+        let mut free = self.free.lock();
+        while *free == 0 {
+            self.cv.wait(&mut free);
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock() += 1;
+        self.0.cv.notify_one();
+    }
+}
+
+/// How a search selects its candidates (decided by the engine from the filter).
+pub enum Plan<'a> {
+    /// Every vector of the namespace passes.
+    All,
+    /// Exactly these keys pass.
+    Keys(Vec<u64>),
+    /// A key passes when the predicate says so; `all_keys` lists every key that passes, for
+    /// the exact fallback, computed only if needed.
+    Predicate {
+        /// The predicate over vector keys.
+        pred: &'a (dyn Fn(u64) -> bool + Sync),
+        /// Every passing key (for the exact fallback).
+        all_keys: &'a (dyn Fn() -> Vec<u64> + Sync),
+    },
+}
+
+/// f64 score of the metric: l2 -> 1/(1+dist), cos -> cosine, ip -> inner product.
+#[must_use]
+pub fn score(metric: Metric, a: &[f32], b: &[f32]) -> f64 {
+    let (mut dot, mut na, mut nb, mut d2) = (0f64, 0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+        d2 += (x - y) * (x - y);
+    }
+    match metric {
+        Metric::L2 => 1.0 / (1.0 + d2.sqrt()),
+        Metric::Ip => dot,
+        Metric::Cos => {
+            if na == 0.0 || nb == 0.0 {
+                0.0
+            } else {
+                dot / (na.sqrt() * nb.sqrt())
+            }
+        }
+    }
+}
+
+/// Fast f32 "distance" used only to pick candidates (smaller = better).
+fn fast_distance(metric: Metric, q: &[f32], q_norm: f32, v: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut norm = [0f32; 8];
+    let (qc, vc) = (q.chunks_exact(8), v.chunks_exact(8));
+    let (qr, vr) = (qc.remainder(), vc.remainder());
+    match metric {
+        Metric::L2 => {
+            for (a, b) in qc.zip(vc) {
+                for i in 0..8 {
+                    let d = a[i] - b[i];
+                    acc[i] += d * d;
+                }
+            }
+            let tail: f32 = qr.iter().zip(vr).map(|(a, b)| (a - b) * (a - b)).sum();
+            acc.iter().sum::<f32>() + tail
+        }
+        Metric::Ip | Metric::Cos => {
+            for (a, b) in qc.zip(vc) {
+                for i in 0..8 {
+                    acc[i] += a[i] * b[i];
+                    norm[i] += b[i] * b[i];
+                }
+            }
+            let dot = acc.iter().sum::<f32>() + qr.iter().zip(vr).map(|(a, b)| a * b).sum::<f32>();
+            if metric == Metric::Ip {
+                -dot
+            } else {
+                let nv = (norm.iter().sum::<f32>() + vr.iter().map(|b| b * b).sum::<f32>()).sqrt();
+                if nv == 0.0 || q_norm == 0.0 {
+                    1.0
+                } else {
+                    1.0 - dot / (nv * q_norm)
+                }
+            }
+        }
+    }
+}
+
+#[derive(PartialEq, PartialOrd)]
+struct Cand(f32, u64);
+impl Eq for Cand {}
+impl Ord for Cand {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.partial_cmp(o).unwrap_or(std::cmp::Ordering::Equal)
+    }
+}
+
+/// Flat partition: contiguous vectors, exact scans.
+#[derive(Default)]
+struct Flat {
+    keys: Vec<u64>,
+    data: Vec<f32>,
+    pos: HashMap<u64, usize>,
+}
+
+/// Graph partition.
+struct Graph {
+    index: Index,
+    /// Removed keys still occupying slots (tombstones).
+    removed: usize,
+}
+
+enum Partition {
+    Flat(Flat),
+    Graph(Graph),
+}
+
+/// What a checkpoint wrote, beside the graph files.
+#[derive(Serialize, Deserialize)]
+struct Manifest {
+    seq: u64,
+    dims: usize,
+    graphs: Vec<GraphFile>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct GraphFile {
+    namespace: String,
+    file: String,
+    crc32: u32,
+}
+
+/// The per-namespace vector partitions.
+pub struct VectorIndex {
+    dims: usize,
+    metric: Metric,
+    parts: HashMap<String, Partition>,
+    slots: Slots,
+}
+
+fn usearch_err(context: &str, e: impl std::fmt::Display) -> Error {
+    Error::storage(&format!("vector index: {context}"), e)
+}
+
+impl VectorIndex {
+    /// An empty index.
+    #[must_use]
+    pub fn new(dims: usize, metric: Metric) -> Self {
+        Self { dims, metric, parts: HashMap::new(), slots: Slots::new(THREAD_SLOTS) }
+    }
+
+    fn new_graph(&self, capacity: usize) -> Result<Graph> {
+        let options = IndexOptions {
+            dimensions: self.dims,
+            metric: match self.metric {
+                Metric::L2 => MetricKind::L2sq,
+                Metric::Cos => MetricKind::Cos,
+                Metric::Ip => MetricKind::IP,
+            },
+            quantization: ScalarKind::F32,
+            connectivity: CONNECTIVITY,
+            expansion_add: EXPANSION_ADD,
+            expansion_search: EXPANSION_SEARCH,
+            multi: false,
+        };
+        let index = Index::new(&options).map_err(|e| usearch_err("create", e))?;
+        index
+            .reserve_capacity_and_threads(capacity.max(64), THREAD_SLOTS)
+            .map_err(|e| usearch_err("reserve", e))?;
+        Ok(Graph { index, removed: 0 })
+    }
+
+    /// Number of live vectors in a namespace's partition.
+    #[must_use]
+    pub fn len(&self, ns: &str) -> usize {
+        match self.parts.get(ns) {
+            None => 0,
+            Some(Partition::Flat(f)) => f.keys.len(),
+            Some(Partition::Graph(g)) => g.index.size(),
+        }
+    }
+
+    /// Whether a namespace's partition holds `key`.
+    #[must_use]
+    pub fn contains(&self, ns: &str, key: u64) -> bool {
+        match self.parts.get(ns) {
+            None => false,
+            Some(Partition::Flat(f)) => f.pos.contains_key(&key),
+            Some(Partition::Graph(g)) => g.index.contains(key),
+        }
+    }
+
+    /// Removes `key` from the namespace's partition (absent keys are ignored).
+    pub fn remove(&mut self, ns: &str, key: u64) -> Result<()> {
+        let empty = match self.parts.get_mut(ns) {
+            None => return Ok(()),
+            Some(Partition::Flat(f)) => {
+                if let Some(i) = f.pos.remove(&key) {
+                    let last = f.keys.len() - 1;
+                    f.keys.swap_remove(i);
+                    let d = self.dims;
+                    if i != last {
+                        f.data.copy_within(last * d..(last + 1) * d, i * d);
+                        f.pos.insert(f.keys[i], i);
+                    }
+                    f.data.truncate(last * d);
+                }
+                f.keys.is_empty()
+            }
+            Some(Partition::Graph(g)) => {
+                if g.index.contains(key) {
+                    g.index.remove(key).map_err(|e| usearch_err("remove", e))?;
+                    g.removed += 1;
+                }
+                g.index.size() == 0
+            }
+        };
+        if empty {
+            self.parts.remove(ns);
+        }
+        Ok(())
+    }
+
+    /// Adds vectors to a namespace's partition, growing a flat array into a graph when it
+    /// passes [`GRAPH_MIN`]; graph inserts run on all cores.
+    pub fn add(&mut self, ns: &str, items: Vec<(u64, Vec<f32>)>) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let current = self.len(ns);
+        let is_flat = !matches!(self.parts.get(ns), Some(Partition::Graph(_)));
+        if is_flat && current + items.len() >= GRAPH_MIN {
+            // promote: move the flat vectors and the new ones into a fresh graph
+            let mut all = match self.parts.remove(ns) {
+                Some(Partition::Flat(f)) => {
+                    f.keys.iter().enumerate().map(|(i, k)| (*k, f.data[i * self.dims..(i + 1) * self.dims].to_vec())).collect()
+                }
+                _ => Vec::new(),
+            };
+            all.extend(items);
+            let g = self.new_graph(all.len())?;
+            log::info!("building vector graph for namespace {ns:?}: {} vectors", all.len());
+            Self::graph_add(&g, &all)?;
+            self.parts.insert(ns.to_owned(), Partition::Graph(g));
+            return Ok(());
+        }
+        match self.parts.entry(ns.to_owned()).or_insert_with(|| Partition::Flat(Flat::default())) {
+            Partition::Flat(f) => {
+                for (k, v) in items {
+                    if let Some(i) = f.pos.get(&k) {
+                        f.data[i * self.dims..(i + 1) * self.dims].copy_from_slice(&v);
+                    } else {
+                        f.pos.insert(k, f.keys.len());
+                        f.keys.push(k);
+                        f.data.extend_from_slice(&v);
+                    }
+                }
+            }
+            Partition::Graph(g) => {
+                let need = g.index.size() + g.removed + items.len();
+                if need > g.index.capacity() {
+                    g.index
+                        .reserve_capacity_and_threads(need.max(g.index.capacity() * 2), THREAD_SLOTS)
+                        .map_err(|e| usearch_err("reserve", e))?;
+                }
+                Self::graph_add(g, &items)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn graph_add(g: &Graph, items: &[(u64, Vec<f32>)]) -> Result<()> {
+        if items.len() > 10_000 {
+            log::info!("adding {} vectors to a graph", items.len());
+        }
+        let add = |(k, v): &(u64, Vec<f32>)| {
+            if g.index.contains(*k) {
+                return Ok(());
+            }
+            g.index.add(*k, v).map_err(|e| usearch_err("add", e))
+        };
+        // usearch serves at most THREAD_SLOTS concurrent calls; rayon uses fewer threads.
+        if items.len() >= 256 {
+            items.par_iter().try_for_each(add)
+        } else {
+            items.iter().try_for_each(add)
+        }
+    }
+
+    /// The stored vector of `key`.
+    #[must_use]
+    pub fn vector(&self, ns: &str, key: u64) -> Option<Vec<f32>> {
+        match self.parts.get(ns)? {
+            Partition::Flat(f) => f.pos.get(&key).map(|i| f.data[i * self.dims..(i + 1) * self.dims].to_vec()),
+            Partition::Graph(g) => {
+                let mut buf = vec![0f32; self.dims];
+                match g.index.get(key, &mut buf) {
+                    Ok(n) if n > 0 => Some(buf),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// The best `k` keys for `query` under `plan`, with f64 scores, best first
+    /// (ties by key, so equal inputs give equal outputs).
+    pub fn search(&self, ns: &str, query: &[f32], k: usize, plan: &Plan<'_>) -> Result<Vec<(u64, f64)>> {
+        let Some(part) = self.parts.get(ns) else { return Ok(Vec::new()) };
+        let cands: Vec<u64> = match (part, plan) {
+            (Partition::Flat(f), Plan::All) => self.scan(query, k, f.keys.iter().copied(), |key| {
+                f.pos.get(&key).map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
+            }),
+            (Partition::Flat(f), Plan::Keys(keys)) => self.scan(query, k, keys.iter().copied(), |key| {
+                f.pos.get(&key).map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
+            }),
+            (Partition::Flat(f), Plan::Predicate { pred, .. }) => {
+                self.scan(query, k, f.keys.iter().copied().filter(|key| pred(*key)), |key| {
+                    f.pos.get(&key).map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
+                })
+            }
+            (Partition::Graph(g), Plan::Keys(keys)) => self.graph_scan(g, query, k, keys),
+            (Partition::Graph(g), Plan::All) => {
+                let _permit = self.slots.acquire();
+                let count = (k + k / 2).max(EXPANSION_SEARCH).min(g.index.size());
+                let m = g.index.search(query, count).map_err(|e| usearch_err("search", e))?;
+                m.keys
+            }
+            (Partition::Graph(g), Plan::Predicate { pred, all_keys }) => {
+                let mut count = (k + k / 2).max(EXPANSION_SEARCH);
+                loop {
+                    let m = {
+                        let _permit = self.slots.acquire();
+                        g.index
+                            .filtered_search(query, count, |key| pred(key))
+                            .map_err(|e| usearch_err("filtered search", e))?
+                    };
+                    if m.keys.len() >= k {
+                        break m.keys;
+                    }
+                    if count >= 16 * EXPANSION_SEARCH.max(k) || count >= g.index.size() {
+                        break self.graph_scan(g, query, k, &all_keys());
+                    }
+                    count *= 4;
+                }
+            }
+        };
+        Ok(self.rescore(ns, query, k, &cands))
+    }
+
+    /// Exact candidate scan: the best `k + margin` by the fast f32 distance.
+    fn scan<'v>(
+        &self,
+        query: &[f32],
+        k: usize,
+        keys: impl Iterator<Item = u64>,
+        get: impl Fn(u64) -> Option<&'v [f32]>,
+    ) -> Vec<u64> {
+        let keep = k + 8;
+        let q_norm = query.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let mut heap: BinaryHeap<Cand> = BinaryHeap::with_capacity(keep + 1);
+        for key in keys {
+            let Some(v) = get(key) else { continue };
+            let d = fast_distance(self.metric, query, q_norm, v);
+            if heap.len() < keep {
+                heap.push(Cand(d, key));
+            } else if heap.peek().is_some_and(|w| d < w.0) {
+                heap.pop();
+                heap.push(Cand(d, key));
+            }
+        }
+        heap.into_iter().map(|c| c.1).collect()
+    }
+
+    fn graph_scan(&self, g: &Graph, query: &[f32], k: usize, keys: &[u64]) -> Vec<u64> {
+        let mut buf = vec![0f32; self.dims];
+        let q_norm = query.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let keep = k + 8;
+        let mut heap: BinaryHeap<Cand> = BinaryHeap::with_capacity(keep + 1);
+        for key in keys {
+            if !matches!(g.index.get(*key, &mut buf), Ok(n) if n > 0) {
+                continue;
+            }
+            let d = fast_distance(self.metric, query, q_norm, &buf);
+            if heap.len() < keep {
+                heap.push(Cand(d, *key));
+            } else if heap.peek().is_some_and(|w| d < w.0) {
+                heap.pop();
+                heap.push(Cand(d, *key));
+            }
+        }
+        heap.into_iter().map(|c| c.1).collect()
+    }
+
+    fn rescore(&self, ns: &str, query: &[f32], k: usize, cands: &[u64]) -> Vec<(u64, f64)> {
+        let mut scored: Vec<(u64, f64)> = cands
+            .iter()
+            .filter_map(|key| self.vector(ns, *key).map(|v| (*key, score(self.metric, query, &v))))
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.truncate(k);
+        scored
+    }
+
+    /// Namespaces whose graph carries many tombstones, to rebuild in `compact`.
+    #[must_use]
+    pub fn worn_graphs(&self) -> Vec<String> {
+        self.parts
+            .iter()
+            .filter_map(|(ns, p)| match p {
+                Partition::Graph(g) if g.removed > g.index.size() / 4 => Some(ns.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Rebuilds a namespace's partition from its live keys (drops tombstones).
+    pub fn rebuild(&mut self, ns: &str, keys: &[u64]) -> Result<()> {
+        let items: Vec<(u64, Vec<f32>)> =
+            keys.iter().filter_map(|k| self.vector(ns, *k).map(|v| (*k, v))).collect();
+        self.parts.remove(ns);
+        self.add(ns, items)
+    }
+
+    /// Memory used by the graphs and flat arrays, bytes.
+    #[must_use]
+    pub fn memory_usage(&self) -> usize {
+        self.parts
+            .values()
+            .map(|p| match p {
+                Partition::Flat(f) => f.data.len() * 4 + f.keys.len() * 24,
+                Partition::Graph(g) => g.index.memory_usage(),
+            })
+            .sum()
+    }
+
+    /// Number of graph partitions and of flat ones.
+    #[must_use]
+    pub fn partition_counts(&self) -> (usize, usize) {
+        let graphs = self.parts.values().filter(|p| matches!(p, Partition::Graph(_))).count();
+        (graphs, self.parts.len() - graphs)
+    }
+
+    /// Writes the graphs into `dir` (temp file, fsync, rename) with a manifest naming the
+    /// changelog sequence they reflect. Flat partitions are not written: they reload from rows.
+    pub fn checkpoint(&self, dir: &Path, seq: u64) -> Result<()> {
+        fs::create_dir_all(dir)?;
+        let mut graphs = Vec::new();
+        for (i, (ns, p)) in self.parts.iter().enumerate() {
+            let Partition::Graph(g) = p else { continue };
+            let file = format!("g{seq}-{i}.usearch");
+            let tmp = dir.join(format!("{file}.tmp"));
+            let tmp_str = tmp.to_str().ok_or_else(|| Error::invalid("store path is not UTF-8"))?;
+            g.index.save(tmp_str).map_err(|e| usearch_err("save", e))?;
+            let bytes = fs::read(&tmp)?;
+            fs::File::open(&tmp)?.sync_all()?;
+            fs::rename(&tmp, dir.join(&file))?;
+            graphs.push(GraphFile { namespace: ns.clone(), file, crc32: crc32fast::hash(&bytes) });
+        }
+        let manifest = Manifest { seq, dims: self.dims, graphs };
+        let tmp = dir.join("manifest.json.tmp");
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&serde_json::to_vec(&manifest).map_err(|e| Error::storage("manifest", e))?)?;
+        f.sync_all()?;
+        fs::rename(&tmp, dir.join("manifest.json"))?;
+        // remove graph files no longer named by the manifest
+        for entry in fs::read_dir(dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".usearch") && !manifest.graphs.iter().any(|g| g.file == name) {
+                let _ = fs::remove_file(dir.join(name));
+            }
+        }
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    /// Loads the graphs of the last checkpoint in `dir`; returns the sequence they reflect, or
+    /// None when there is no usable checkpoint (missing, other dims, or a corrupt file).
+    pub fn load(&mut self, dir: &Path) -> Option<u64> {
+        let manifest: Manifest = serde_json::from_slice(&fs::read(dir.join("manifest.json")).ok()?).ok()?;
+        if manifest.dims != self.dims {
+            return None;
+        }
+        for gf in &manifest.graphs {
+            let path = dir.join(&gf.file);
+            let ok = fs::read(&path).is_ok_and(|b| crc32fast::hash(&b) == gf.crc32);
+            if !ok {
+                log::warn!("vector graph {} is missing or corrupt; rebuilding from rows", gf.file);
+                self.parts.clear();
+                return None;
+            }
+            let Ok(g) = self.new_graph(0) else { return None };
+            if g.index.load(path.to_str()?).is_err() {
+                self.parts.clear();
+                return None;
+            }
+            let cap = g.index.size().max(64);
+            if g.index.reserve_capacity_and_threads(cap, THREAD_SLOTS).is_err() {
+                return None;
+            }
+            self.parts.insert(gf.namespace.clone(), Partition::Graph(g));
+        }
+        Some(manifest.seq)
+    }
+
+    /// Whether the namespace's partition is a graph (loaded from a checkpoint).
+    #[must_use]
+    pub fn is_graph(&self, ns: &str) -> bool {
+        matches!(self.parts.get(ns), Some(Partition::Graph(_)))
+    }
+}

@@ -1,0 +1,450 @@
+"""What survives close/reopen, backup and compact (API.md sections 1 and 4)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import memini
+from memini import (
+    APIKey,
+    DimensionMismatchError,
+    Event,
+    EventKind,
+    Filter,
+    InvalidArgumentError,
+    Level,
+    Memory,
+    NamespaceLink,
+    NotFoundError,
+    Store,
+    StoreLockedError,
+    Tier,
+)
+
+NS = "ns"
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
+EVERYTHING = Filter(include_expired=True, include_superseded=True)
+
+
+def at(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+def vec(i: int, dims: int = 4) -> np.ndarray:
+    return np.random.default_rng(1000 + i).standard_normal(dims).astype(np.float32)
+
+
+def every_kind_of_row() -> list[Memory]:
+    rows = [
+        Memory(
+            id="full",
+            namespace=NS,
+            content="common full row with every field",
+            tier=Tier.PROCEDURAL,
+            level=Level.DEDUCED,
+            summary="the summary",
+            metadata={"memory_type": "decision", "nested": {"list": [1, 2.5, None, True]}},
+            tags=["z", "a", "Ü"],
+            importance=0.1 + 0.2,
+            created_at=at(0),
+            updated_at=at(1),
+            last_accessed_at=at(2),
+            access_count=9,
+            expires_at=datetime(2099, 1, 1, tzinfo=UTC),
+            valid_from=at(-5),
+            valid_to=datetime(2098, 1, 1, tzinfo=UTC),
+            confidence=1 / 3,
+            linked_memory_ids=["minimal", "keyword-only"],
+            embedding=vec(0),
+        ),
+        Memory(id="minimal", namespace=NS, content="common minimal"),
+        Memory(id="keyword-only", namespace=NS, content="common keyword only", embedding=None),
+        Memory(id="expired", namespace=NS, content="common expired", expires_at=at(-1),
+               embedding=vec(1)),  # fmt: skip
+        Memory(id="superseded", namespace=NS, content="common superseded", superseded_by="full",
+               valid_to=at(3), embedding=vec(2)),  # fmt: skip
+        Memory(id="special-vector", namespace=NS, content="common special",
+               embedding=np.array([-0.0, 1e-45, 3.4028235e38, -1.1754944e-38], np.float32)),  # fmt: skip
+        Memory(id="unicode", namespace="名前空間/ü", content="common Ünïcödé 東京 🙂 nul\x00",
+               summary="résumé", tags=["日本"], metadata={"clé": "välue"}, embedding=vec(3)),  # fmt: skip
+    ]
+    for i, tier in enumerate(Tier):
+        for j, level in enumerate([None, Level.EXPLICIT, Level.DEDUCED]):
+            rows.append(
+                Memory(
+                    id=f"t{i}{j}",
+                    namespace=f"ns-{tier.value}",
+                    content=f"common tier {tier.value} level {level}",
+                    tier=tier,
+                    level=level,
+                    created_at=at(i * 3 + j),
+                    updated_at=at(i * 3 + j),
+                    last_accessed_at=at(i * 3 + j),
+                    confidence=None if j == 0 else j / 4,
+                    embedding=vec(10 + i * 3 + j),
+                )
+            )
+    return rows
+
+
+def snapshot(s: Store) -> dict[str, Any]:
+    """Everything observable about a store's content."""
+    rows = {}
+    for ns in s.list_namespaces():
+        for m in s.list(ns, EVERYTHING):
+            emb = s.get_embedding(ns, m.id)
+            rows[(ns, m.id)] = (m, None if emb is None else (emb.dtype.str, emb.tobytes()))
+            assert s.get(ns, m.id) == m
+    return {
+        "namespaces": s.list_namespaces(),
+        "rows": rows,
+        "embed_model": s.embed_model(),
+        "links": s.list_all_links(),
+        "keys": s.list_api_keys(),
+        "events": s.list_events(),
+    }
+
+
+def searches(s: Store, dims: int = 4) -> dict[str, Any]:
+    """Search results in every namespace: vector hits with scores, keyword hits as a set."""
+    q = np.linspace(-1, 1, dims, dtype=np.float32)
+    out: dict[str, Any] = {}
+    for ns in s.list_namespaces():
+        for f_name, f in (("live", Filter()), ("everything", EVERYTHING)):
+            out[f"{ns}/{f_name}/vector"] = [
+                (h.memory.id, h.score) for h in s.vector_search(ns, q, f, k=1000)
+            ]
+            out[f"{ns}/{f_name}/keyword"] = {
+                h.memory.id for h in s.keyword_search(ns, "common", f, k=1000)
+            }
+    return out
+
+
+def reopen(path: Path) -> Store:
+    return Store.open(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# close / reopen
+
+
+def test_every_kind_of_row_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path, dims=4) as s:
+        s.upsert_many(every_kind_of_row()[:3])
+        for row in every_kind_of_row()[3:]:
+            s.upsert(row)
+        s.set_embed_model("model-x")
+        before, found_before = snapshot(s), searches(s)
+    assert len(before["rows"]) == len(every_kind_of_row())
+    for _ in range(3):  # several cycles, nothing drifts
+        with reopen(path) as s:
+            assert snapshot(s) == before
+            assert searches(s) == found_before
+
+
+def test_embeddings_bit_exact_after_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    rng = np.random.default_rng(41)
+    vectors = {f"v{i}": rng.standard_normal(8).astype(np.float32) * 10.0**i for i in range(-5, 6)}
+    with Store.open(path, dims=8, metric="cos") as s:
+        s.upsert_many([Memory(id=k, namespace=NS, content=k, embedding=v) for k, v in vectors.items()])
+    with reopen(path) as s:
+        for k, v in vectors.items():
+            got = s.get_embedding(NS, k)
+            assert got is not None and got.dtype == np.float32
+            assert got.tobytes() == v.tobytes(), k
+
+
+def _seed(s: Store) -> None:
+    s.upsert_many(every_kind_of_row())
+    s.upsert_many(
+        [
+            Memory(id=f"bulk{i}", namespace="bulk", content=f"common bulk {i}", embedding=vec(100 + i),
+                   tier=Tier.WORKING if i % 2 else Tier.SEMANTIC,
+                   expires_at=at(i) if i % 3 == 0 else None)  # fmt: skip
+            for i in range(60)
+        ]
+    )
+    s.put_link(NamespaceLink(NS, "bulk", tiers=[Tier.SEMANTIC], note="n", created_at=T0))
+    s.put_link(NamespaceLink("bulk", NS, tiers=None, created_at=T0))
+    s.put_api_key(APIKey("key", memini.hash_api_key("secret"), home_ns=NS, created_at=T0))
+    s.append_events([Event("op1", EventKind.RECALL, NS, query="q", created_at=T0)])
+
+
+OPERATIONS = [
+    pytest.param(lambda s: None, id="nothing"),
+    pytest.param(
+        lambda s: s.upsert_many(
+            [Memory(id=f"new{i}", namespace=NS, content=f"common new {i}", embedding=vec(500 + i))
+             for i in range(20)]  # fmt: skip
+        ),
+        id="upsert_many",
+    ),
+    pytest.param(lambda s: [s.delete("bulk", f"bulk{i}") for i in range(0, 60, 2)], id="deletes"),
+    pytest.param(lambda s: s.set_superseded(NS, "minimal", "full"), id="supersede"),
+    pytest.param(
+        lambda s: (s.set_superseded(NS, "minimal", "full"), s.restore(NS, "minimal")),
+        id="supersede-restore",
+    ),
+    pytest.param(lambda s: s.restore(NS, "superseded"), id="restore"),
+    pytest.param(lambda s: s.reinforce("bulk", ["bulk0", "bulk1"], at(50), at(60)), id="reinforce"),
+    pytest.param(lambda s: s.retier(NS, "full", Tier.WORKING, at(99)), id="retier"),
+    pytest.param(lambda s: s.update(NS, "full", content="common edited"), id="update-content"),
+    pytest.param(lambda s: s.update(NS, "full", embedding=None), id="update-drop-vector"),
+    pytest.param(lambda s: s.update(NS, "minimal", embedding=vec(7)), id="update-add-vector"),
+    pytest.param(lambda s: s.reassign("bulk", ["bulk1", "bulk2"], "moved"), id="reassign"),
+    pytest.param(lambda s: s.delete_namespace("bulk"), id="delete-namespace"),
+    pytest.param(lambda s: s.mark_contradicted(NS, "full", "x", 0.1, at(9)), id="contradicted"),
+    pytest.param(lambda s: s.set_confidence(NS, "full", 0.9, at(9)), id="set-confidence"),
+    pytest.param(lambda s: s.sweep_expired(at(30)), id="sweep-expired"),
+    pytest.param(lambda s: s.delete_if_expired_before(NS, "expired", at(0)), id="delete-expired"),
+    pytest.param(lambda s: s.set_embed_model("model-y"), id="embed-model"),
+    pytest.param(lambda s: s.compact(), id="compact"),
+    pytest.param(
+        lambda s: (
+            [s.delete("bulk", f"bulk{i}") for i in range(50)],
+            s.compact(),
+            s.upsert(Memory(id="after", namespace="bulk", content="common after", embedding=vec(9))),
+        ),
+        id="delete-compact-write",
+    ),
+    pytest.param(
+        lambda s: [
+            s.upsert(Memory(id="churn", namespace=NS, content=f"common churn {i}", embedding=vec(i)))
+            for i in range(30)
+        ],
+        id="rewrite-same-id",
+    ),
+]
+
+
+@pytest.mark.parametrize("op", OPERATIONS)
+def test_writes_survive_reopen(tmp_path: Path, op: Callable[[Store], Any]) -> None:
+    path = tmp_path / "store"
+    with Store.open(path, dims=4) as s:
+        _seed(s)
+        op(s)
+        before, found_before = snapshot(s), searches(s)
+    with reopen(path) as s:
+        assert snapshot(s) == before
+        assert searches(s) == found_before
+        # and the reopened store keeps working
+        s.upsert(Memory(id="post", namespace=NS, content="common post", embedding=vec(8)))
+        assert s.get(NS, "post").content == "common post"
+
+
+# ---------------------------------------------------------------------------------------------
+# backup
+
+
+def test_backup_round_trip(open_store: Callable[..., Store], tmp_path: Path) -> None:
+    s = open_store(dims=4, metric="cos")
+    _seed(s)
+    s.set_embed_model("model-b")
+    before, found_before = snapshot(s), searches(s)
+    target = tmp_path / "backup"
+    assert s.backup(target) is None
+    assert target.is_dir()
+
+    # writes after the backup stay out of it
+    s.upsert(Memory(id="later", namespace=NS, content="common later", embedding=vec(5)))
+    s.delete(NS, "minimal")
+
+    with Store.open(target) as b:
+        assert snapshot(b) == before
+        assert searches(b) == found_before
+        b.upsert(Memory(id="in-backup", namespace=NS, content="x", embedding=vec(6)))
+    assert s.get(NS, "later").content == "common later"
+    with pytest.raises(NotFoundError):
+        s.get(NS, "in-backup")
+
+    # the backup carries dims and metric
+    with pytest.raises(DimensionMismatchError):
+        Store.open(target, dims=8)
+    with pytest.raises(DimensionMismatchError):
+        Store.open(target, metric="l2")
+    with Store.open(target, dims=4, metric="cos") as b:
+        assert b.get(NS, "in-backup").content == "x"
+
+
+def test_backup_of_reopened_store(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path, dims=4) as s:
+        _seed(s)
+    with reopen(path) as s:
+        before = snapshot(s)
+        s.backup(tmp_path / "backup")
+    with Store.open(tmp_path / "backup") as b:
+        assert snapshot(b) == before
+
+
+@pytest.mark.parametrize(
+    "make_target",
+    [
+        pytest.param(lambda p: p.mkdir(), id="existing-empty-dir"),
+        pytest.param(lambda p: (p.mkdir(), (p / "keep.txt").write_text("mine")), id="existing-dir"),
+        pytest.param(lambda p: p.write_text("a file"), id="existing-file"),
+    ],
+)
+def test_backup_target_must_not_exist(
+    open_store: Callable[..., Store], tmp_path: Path, make_target: Callable[[Path], Any]
+) -> None:
+    s = open_store()
+    _seed(s)
+    target = tmp_path / "target"
+    make_target(target)
+    listing = sorted(p.name for p in target.iterdir()) if target.is_dir() else None
+    # API.md: the directory "must not exist yet"; it names no error class for this case
+    with pytest.raises((InvalidArgumentError, FileExistsError)):
+        s.backup(target)
+    if listing is not None:
+        assert sorted(p.name for p in target.iterdir()) == listing
+        if listing:
+            assert (target / "keep.txt").read_text() == "mine"
+    else:
+        assert target.read_text() == "a file"
+    s.ping()
+
+
+def test_backup_of_own_directory_refused(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path, dims=4) as s:
+        _seed(s)
+        before = snapshot(s)
+        with pytest.raises((InvalidArgumentError, FileExistsError)):
+            s.backup(path)
+        assert snapshot(s) == before
+
+
+def test_backup_is_not_locked_by_original(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path, dims=4) as s:
+        _seed(s)
+        s.backup(tmp_path / "backup")
+        with Store.open(tmp_path / "backup") as b:  # the original stays open and locked
+            b.ping()
+        with pytest.raises(StoreLockedError):
+            Store.open(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# compact
+
+
+def test_compact_keeps_content(open_store: Callable[..., Store]) -> None:
+    s = open_store(dims=8)
+    rng = np.random.default_rng(42)
+    rows = [
+        Memory(id=f"c{i:03d}", namespace=NS if i % 3 else "b", content=f"common compact {i}",
+               tags=[f"t{i % 7}"], embedding=rng.standard_normal(8).astype(np.float32))
+        for i in range(500)
+    ]  # fmt: skip
+    s.upsert_many(rows)
+    for i in range(0, 500, 5):
+        if i % 2:
+            s.delete(rows[i].namespace, rows[i].id)
+        else:
+            s.update(rows[i].namespace, rows[i].id, embedding=None)
+    for i in range(1, 500, 7):
+        s.update(rows[i].namespace, rows[i].id, content=f"common rewritten {i}", updated_at=T0)
+    before, found_before = snapshot(s), searches(s, dims=8)
+    assert s.compact() is None
+    assert snapshot(s) == before
+    assert searches(s, dims=8) == found_before
+    s.compact()  # twice is fine
+    assert snapshot(s) == before
+    assert isinstance(s.stats(), dict)
+
+
+def test_compact_then_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    with Store.open(path, dims=4) as s:
+        _seed(s)
+        for i in range(0, 60, 2):
+            s.delete("bulk", f"bulk{i}")
+        s.compact()
+        before, found_before = snapshot(s), searches(s)
+    with reopen(path) as s:
+        assert snapshot(s) == before
+        assert searches(s) == found_before
+
+
+# ---------------------------------------------------------------------------------------------
+# durability: a SIGKILLed writer loses no acknowledged write and no batch half-way
+
+WRITER = """
+import sys
+import numpy as np
+from memini import Memory, Store
+s = Store.open(sys.argv[1], dims=4)
+print("open", flush=True)
+b = 0
+while True:
+    rows = [Memory(id=f"b{b}-{j}", namespace="ns", content=f"common batch{b} row{j}",
+                   tags=[f"batch{b}"], embedding=np.full(4, b + j, np.float32))
+            for j in range(5)]
+    s.upsert_many(rows)
+    print(b, flush=True)
+    b += 1
+"""
+
+
+def test_sigkilled_writer_loses_no_acknowledged_batch(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    acknowledged = -1
+    try:
+        assert writer.stdout is not None
+        while acknowledged < 30:
+            line = writer.stdout.readline()
+            if not line:
+                break
+            if line.strip().isdigit():
+                acknowledged = int(line)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+        err = writer.stderr.read() if writer.stderr else ""
+        for stream in (writer.stdout, writer.stderr):
+            if stream is not None:
+                stream.close()
+    assert acknowledged >= 30, err
+
+    with Store.open(path) as s:
+        batches: dict[int, int] = {}
+        for m in s.list("ns", Filter(include_expired=True, include_superseded=True)):
+            b = int(m.id[1:].split("-")[0])
+            batches[b] = batches.get(b, 0) + 1
+        # every acknowledged batch is there, and every batch is whole
+        assert set(range(acknowledged + 1)) <= set(batches)
+        assert all(n == 5 for n in batches.values()), batches
+        assert set(batches) <= set(range(acknowledged + 2))
+        # the indexes agree with the rows after recovery
+        for b in range(acknowledged + 1):
+            assert {h.memory.id for h in s.keyword_search("ns", f"batch{b}", k=10)} >= {
+                f"b{b}-{j}" for j in range(5)
+            }
+            q = np.full(4, b, np.float32)
+            [hit] = s.vector_search("ns", q, Filter(tags=[f"batch{b}"]), k=1)
+            assert hit.memory.id == f"b{b}-0" and hit.score == 1.0
+        total = sum(batches.values())
+        assert s.count("ns") == total
+        assert len(s.vector_search("ns", np.zeros(4, np.float32), k=10_000)) == total
