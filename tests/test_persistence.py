@@ -10,10 +10,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import memini
 import numpy as np
 import pytest
-
-import memini
 from memini import (
     APIKey,
     DimensionMismatchError,
@@ -68,14 +67,36 @@ def every_kind_of_row() -> list[Memory]:
         ),
         Memory(id="minimal", namespace=NS, content="common minimal"),
         Memory(id="keyword-only", namespace=NS, content="common keyword only", embedding=None),
-        Memory(id="expired", namespace=NS, content="common expired", expires_at=at(-1),
-               embedding=vec(1)),  # fmt: skip
-        Memory(id="superseded", namespace=NS, content="common superseded", superseded_by="full",
-               valid_to=at(3), embedding=vec(2)),  # fmt: skip
-        Memory(id="special-vector", namespace=NS, content="common special",
-               embedding=np.array([-0.0, 1e-45, 3.4028235e38, -1.1754944e-38], np.float32)),  # fmt: skip
-        Memory(id="unicode", namespace="名前空間/ü", content="common Ünïcödé 東京 🙂 nul\x00",
-               summary="résumé", tags=["日本"], metadata={"clé": "välue"}, embedding=vec(3)),  # fmt: skip
+        Memory(
+            id="expired",
+            namespace=NS,
+            content="common expired",
+            expires_at=at(-1),
+            embedding=vec(1),
+        ),
+        Memory(
+            id="superseded",
+            namespace=NS,
+            content="common superseded",
+            superseded_by="full",
+            valid_to=at(3),
+            embedding=vec(2),
+        ),
+        Memory(
+            id="special-vector",
+            namespace=NS,
+            content="common special",
+            embedding=np.array([-0.0, 1e-45, 3.4028235e38, -1.1754944e-38], np.float32),
+        ),
+        Memory(
+            id="unicode",
+            namespace="名前空間/ü",
+            content="common Ünïcödé 東京 🙂 nul\x00",
+            summary="résumé",
+            tags=["日本"],
+            metadata={"clé": "välue"},
+            embedding=vec(3),
+        ),
     ]
     for i, tier in enumerate(Tier):
         for j, level in enumerate([None, Level.EXPLICIT, Level.DEDUCED]):
@@ -157,7 +178,9 @@ def test_embeddings_bit_exact_after_reopen(tmp_path: Path) -> None:
     rng = np.random.default_rng(41)
     vectors = {f"v{i}": rng.standard_normal(8).astype(np.float32) * 10.0**i for i in range(-5, 6)}
     with Store.open(path, dims=8, metric="cos") as s:
-        s.upsert_many([Memory(id=k, namespace=NS, content=k, embedding=v) for k, v in vectors.items()])
+        s.upsert_many(
+            [Memory(id=k, namespace=NS, content=k, embedding=v) for k, v in vectors.items()]
+        )
     with reopen(path) as s:
         for k, v in vectors.items():
             got = s.get_embedding(NS, k)
@@ -169,9 +192,14 @@ def _seed(s: Store) -> None:
     s.upsert_many(every_kind_of_row())
     s.upsert_many(
         [
-            Memory(id=f"bulk{i}", namespace="bulk", content=f"common bulk {i}", embedding=vec(100 + i),
-                   tier=Tier.WORKING if i % 2 else Tier.SEMANTIC,
-                   expires_at=at(i) if i % 3 == 0 else None)  # fmt: skip
+            Memory(
+                id=f"bulk{i}",
+                namespace="bulk",
+                content=f"common bulk {i}",
+                embedding=vec(100 + i),
+                tier=Tier.WORKING if i % 2 else Tier.SEMANTIC,
+                expires_at=at(i) if i % 3 == 0 else None,
+            )
             for i in range(60)
         ]
     )
@@ -185,8 +213,12 @@ OPERATIONS = [
     pytest.param(lambda s: None, id="nothing"),
     pytest.param(
         lambda s: s.upsert_many(
-            [Memory(id=f"new{i}", namespace=NS, content=f"common new {i}", embedding=vec(500 + i))
-             for i in range(20)]  # fmt: skip
+            [
+                Memory(
+                    id=f"new{i}", namespace=NS, content=f"common new {i}", embedding=vec(500 + i)
+                )
+                for i in range(20)
+            ]
         ),
         id="upsert_many",
     ),
@@ -214,13 +246,17 @@ OPERATIONS = [
         lambda s: (
             [s.delete("bulk", f"bulk{i}") for i in range(50)],
             s.compact(),
-            s.upsert(Memory(id="after", namespace="bulk", content="common after", embedding=vec(9))),
+            s.upsert(
+                Memory(id="after", namespace="bulk", content="common after", embedding=vec(9))
+            ),
         ),
         id="delete-compact-write",
     ),
     pytest.param(
         lambda s: [
-            s.upsert(Memory(id="churn", namespace=NS, content=f"common churn {i}", embedding=vec(i)))
+            s.upsert(
+                Memory(id="churn", namespace=NS, content=f"common churn {i}", embedding=vec(i))
+            )
             for i in range(30)
         ],
         id="rewrite-same-id",
@@ -345,10 +381,15 @@ def test_compact_keeps_content(open_store: Callable[..., Store]) -> None:
     s = open_store(dims=8)
     rng = np.random.default_rng(42)
     rows = [
-        Memory(id=f"c{i:03d}", namespace=NS if i % 3 else "b", content=f"common compact {i}",
-               tags=[f"t{i % 7}"], embedding=rng.standard_normal(8).astype(np.float32))
+        Memory(
+            id=f"c{i:03d}",
+            namespace=NS if i % 3 else "b",
+            content=f"common compact {i}",
+            tags=[f"t{i % 7}"],
+            embedding=rng.standard_normal(8).astype(np.float32),
+        )
         for i in range(500)
-    ]  # fmt: skip
+    ]
     s.upsert_many(rows)
     for i in range(0, 500, 5):
         if i % 2:

@@ -312,7 +312,7 @@ def _op_match_sql(q: EventQuery, params: dict[str, Any]) -> str:
         return f"SELECT DISTINCT op_id FROM events NOT INDEXED WHERE {terms[0]}"
     return (
         f"SELECT op_id FROM events NOT INDEXED WHERE {' OR '.join(terms)} "
-        f"GROUP BY op_id HAVING {' OR '.join(f'max({t})' for t in terms)}"
+        f"GROUP BY op_id HAVING {' AND '.join(f'max({t})' for t in terms)}"
     )
 
 

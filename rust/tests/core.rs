@@ -1,1 +1,143 @@
+//! Core tests: the engine without Python.
 
+use memini::{Engine, FilterSpec, Memory, MemoryPatch, Metric, NewMemory, Options, Tier};
+
+fn now() -> i64 {
+    memini::types::now_micros()
+}
+
+fn mem(id: &str, ns: &str, content: &str, vector: Option<Vec<f32>>) -> NewMemory {
+    NewMemory {
+        memory: Memory {
+            id: id.into(),
+            namespace: ns.into(),
+            content: content.into(),
+            tier: Tier::Semantic,
+            level: None,
+            summary: String::new(),
+            metadata: "{}".into(),
+            tags: vec!["t".into()],
+            importance: 0.5,
+            created_at: 0,
+            updated_at: 0,
+            last_accessed_at: 0,
+            access_count: 0,
+            expires_at: None,
+            superseded_by: None,
+            valid_from: None,
+            valid_to: None,
+            confidence: None,
+            linked_memory_ids: vec![],
+            fingerprint: String::new(),
+        },
+        has_created_at: false,
+        has_updated_at: false,
+        has_last_accessed_at: false,
+        embedding: vector,
+    }
+}
+
+fn live() -> FilterSpec {
+    FilterSpec { now: now(), ..FilterSpec::default() }
+}
+
+fn opts(dims: usize) -> Options {
+    Options { dims: Some(dims), metric: Some(Metric::L2) }
+}
+
+#[test]
+fn upsert_get_update_delete() {
+    let e = Engine::open(None, &opts(2)).unwrap();
+    assert_eq!(e.upsert_many(vec![mem("a", "n", "hello cats", Some(vec![1.0, 0.0]))]).unwrap(), vec![true]);
+    assert_eq!(e.upsert_many(vec![mem("a", "n", "hello dogs", Some(vec![0.0, 1.0]))]).unwrap(), vec![false]);
+    let got = e.get("n", "a").unwrap();
+    assert_eq!(got.content, "hello dogs");
+    assert!(e.get("other", "a").is_err());
+    let patch = MemoryPatch { summary: Some("s".into()), ..MemoryPatch::default() };
+    assert_eq!(e.update("n", "a", patch).unwrap().summary, "s");
+    assert_eq!(e.get_embedding("n", "a").unwrap(), Some(vec![0.0, 1.0]));
+    e.delete("n", "a").unwrap();
+    assert!(e.get("n", "a").is_err());
+}
+
+#[test]
+fn conflict_across_namespaces_writes_nothing() {
+    let e = Engine::open(None, &opts(2)).unwrap();
+    e.upsert_many(vec![mem("a", "n1", "x", None)]).unwrap();
+    let err = e.upsert_many(vec![mem("b", "n2", "y", None), mem("a", "n2", "z", None)]).unwrap_err();
+    assert!(matches!(err, memini::Error::Conflict(_)));
+    assert!(e.get("n2", "b").is_err(), "batch is all or nothing");
+}
+
+#[test]
+fn filters_and_searches_agree_with_a_scan() {
+    let e = Engine::open(None, &opts(4)).unwrap();
+    let mut batch = Vec::new();
+    for i in 0..5000u32 {
+        let v: Vec<f32> = (0..4).map(|j| ((i * 7 + j * 13) % 101) as f32 / 101.0).collect();
+        let mut m = mem(&format!("m{i:05}"), "ns", &format!("word{} common", i % 50), Some(v));
+        if i % 100 == 0 {
+            m.memory.tags.push("rare".into());
+        }
+        batch.push(m);
+    }
+    e.upsert_many(batch).unwrap();
+    let spec = FilterSpec { tags: vec!["rare".into()], ..live() };
+    assert_eq!(e.count("ns", &spec).unwrap(), 50);
+    let hits = e.vector_search("ns", &[0.5, 0.5, 0.5, 0.5], &spec, 10).unwrap();
+    assert_eq!(hits.len(), 10);
+    assert!(hits.iter().all(|h| h.memory.tags.contains(&"rare".to_string())));
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+    let unfiltered = e.vector_search("ns", &[0.5, 0.5, 0.5, 0.5], &live(), 10).unwrap();
+    assert_eq!(unfiltered.len(), 10);
+    let kw = e.keyword_search("ns", "word7", &live(), 1000).unwrap();
+    assert_eq!(kw.len(), 100);
+    let kw_rare = e.keyword_search("ns", "common", &spec, 1000).unwrap();
+    assert_eq!(kw_rare.len(), 50);
+}
+
+#[test]
+fn reopen_keeps_rows_and_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(Some(dir.path()), &opts(3)).unwrap();
+        let batch = (0..3000).map(|i| mem(&format!("id{i}"), "ns", &format!("text {i} apple"), Some(vec![i as f32, 1.0, 2.0]))).collect();
+        e.upsert_many(batch).unwrap();
+        e.delete("ns", "id5").unwrap();
+        e.close().unwrap();
+    }
+    let e = Engine::open(Some(dir.path()), &Options::default()).unwrap();
+    assert_eq!(e.dims().unwrap(), 3);
+    assert_eq!(e.count("ns", &live()).unwrap(), 2999);
+    let hits = e.vector_search("ns", &[5.0, 1.0, 2.0], &live(), 3).unwrap();
+    assert_eq!(hits.len(), 3);
+    assert_ne!(hits[0].memory.id, "id5");
+    assert_eq!(e.keyword_search("ns", "apple", &live(), 5000).unwrap().len(), 2999);
+}
+
+#[test]
+fn second_open_is_locked_and_dims_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(Some(dir.path()), &opts(3)).unwrap();
+    assert!(matches!(Engine::open(Some(dir.path()), &opts(3)), Err(memini::Error::Locked(_))));
+    e.close().unwrap();
+    assert!(matches!(Engine::open(Some(dir.path()), &opts(4)), Err(memini::Error::DimensionMismatch(_))));
+    assert!(matches!(Engine::open(None, &Options::default()), Err(memini::Error::InvalidArgument(_))));
+}
+
+#[test]
+fn expiry_supersession_and_as_of() {
+    let e = Engine::open(None, &opts(2)).unwrap();
+    let t = now();
+    let mut old = mem("old", "n", "x", None);
+    old.memory.expires_at = Some(t - 1);
+    e.upsert_many(vec![old, mem("keep", "n", "y", None)]).unwrap();
+    assert_eq!(e.count("n", &live()).unwrap(), 1);
+    e.set_superseded("n", "keep", "other", t).unwrap();
+    assert_eq!(e.count("n", &live()).unwrap(), 0);
+    let past = FilterSpec { as_of: Some(t - 10), ..live() };
+    // as of before valid_to and expiry: both rows were live then
+    assert_eq!(e.count("n", &past).unwrap(), 2);
+    assert_eq!(e.sweep_expired(t, 0).unwrap(), vec![Tier::Semantic]);
+    assert_eq!(e.list_namespaces().unwrap(), vec!["n".to_string()]);
+}
