@@ -459,6 +459,13 @@ impl Engine {
         Ok(self.inner()?.metric)
     }
 
+    /// Sets the HNSW search breadth (candidates per graph search; recall vs speed).
+    pub fn set_search_breadth(&self, breadth: usize) -> Result<()> {
+        let inner = self.inner()?;
+        inner.state.read().vectors.set_breadth(breadth);
+        Ok(())
+    }
+
     /// Fails when closed.
     pub fn ping(&self) -> Result<()> {
         self.inner().map(|_| ())

@@ -18,6 +18,8 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use parking_lot::{Condvar, Mutex};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -197,6 +199,8 @@ pub struct VectorIndex {
     metric: Metric,
     parts: HashMap<String, Partition>,
     slots: Slots,
+    /// Search breadth: the floor of every graph search's `count` (recall vs speed).
+    breadth: AtomicUsize,
 }
 
 fn usearch_err(context: &str, e: impl std::fmt::Display) -> Error {
@@ -207,7 +211,7 @@ impl VectorIndex {
     /// An empty index.
     #[must_use]
     pub fn new(dims: usize, metric: Metric) -> Self {
-        Self { dims, metric, parts: HashMap::new(), slots: Slots::new(THREAD_SLOTS) }
+        Self { dims, metric, parts: HashMap::new(), slots: Slots::new(THREAD_SLOTS), breadth: AtomicUsize::new(EXPANSION_SEARCH) }
     }
 
     fn new_graph(&self, capacity: usize) -> Result<Graph> {
@@ -229,6 +233,11 @@ impl VectorIndex {
             .reserve_capacity_and_threads(capacity.max(64), THREAD_SLOTS)
             .map_err(|e| usearch_err("reserve", e))?;
         Ok(Graph { index, removed: 0 })
+    }
+
+    /// Sets the search breadth (the floor of each graph search's candidate count).
+    pub fn set_breadth(&self, breadth: usize) {
+        self.breadth.store(breadth.max(1), Ordering::Relaxed);
     }
 
     /// Number of live vectors in a namespace's partition.
@@ -367,6 +376,7 @@ impl VectorIndex {
     /// (ties by key, so equal inputs give equal outputs).
     pub fn search(&self, ns: &str, query: &[f32], k: usize, plan: &Plan<'_>) -> Result<Vec<(u64, f64)>> {
         let Some(part) = self.parts.get(ns) else { return Ok(Vec::new()) };
+        let breadth = self.breadth.load(Ordering::Relaxed);
         let cands: Vec<u64> = match (part, plan) {
             (Partition::Flat(f), Plan::All) => self.scan(query, k, f.keys.iter().copied(), |key| {
                 f.pos.get(&key).map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
@@ -382,12 +392,12 @@ impl VectorIndex {
             (Partition::Graph(g), Plan::Keys(keys)) => self.graph_scan(g, query, k, keys),
             (Partition::Graph(g), Plan::All) => {
                 let _permit = self.slots.acquire();
-                let count = (k + k / 2).max(EXPANSION_SEARCH).min(g.index.size());
+                let count = (k + k / 2).max(breadth).min(g.index.size());
                 let m = g.index.search(query, count).map_err(|e| usearch_err("search", e))?;
                 m.keys
             }
             (Partition::Graph(g), Plan::Predicate { pred, all_keys }) => {
-                let mut count = (k + k / 2).max(EXPANSION_SEARCH);
+                let mut count = (k + k / 2).max(breadth);
                 loop {
                     let m = {
                         let _permit = self.slots.acquire();
@@ -398,7 +408,7 @@ impl VectorIndex {
                     if m.keys.len() >= k {
                         break m.keys;
                     }
-                    if count >= 16 * EXPANSION_SEARCH.max(k) || count >= g.index.size() {
+                    if count >= 16 * breadth.max(k) || count >= g.index.size() {
                         break self.graph_scan(g, query, k, &all_keys());
                     }
                     count *= 4;

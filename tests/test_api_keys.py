@@ -32,7 +32,9 @@ def test_put_and_list_round_trip_by_name(meta: MetaDB) -> None:
         APIKey("alpha", H2, created_at=at(1)),
         APIKey("zeta", H1, home_ns="h", default_ns="d", created_at=T0, disabled=True),
     ]
-    assert all(k.created_at is not None and k.created_at.tzinfo is UTC for k in meta.list_api_keys())
+    assert all(
+        k.created_at is not None and k.created_at.tzinfo is UTC for k in meta.list_api_keys()
+    )
 
 
 def test_new_key_without_created_at_is_stamped_now(meta: MetaDB) -> None:
@@ -51,7 +53,9 @@ def test_new_key_without_created_at_is_stamped_now(meta: MetaDB) -> None:
         pytest.param(at(-3600), at(-3600), id="older-given-overwrites"),
     ],
 )
-def test_upsert_by_name(meta: MetaDB, second_created_at: datetime | None, expected: datetime) -> None:
+def test_upsert_by_name(
+    meta: MetaDB, second_created_at: datetime | None, expected: datetime
+) -> None:
     meta.put_api_key(APIKey("k", H1, home_ns="a", default_ns="b", created_at=T0))
     meta.put_api_key(
         APIKey("k", H2, home_ns="c", default_ns="", created_at=second_created_at, disabled=True)
@@ -128,7 +132,10 @@ def test_get_api_key_by_hash_returns_disabled_keys_too(meta: MetaDB) -> None:
 def test_get_api_key_by_hash_is_indexed(meta: MetaDB) -> None:
     with meta._locked() as conn:
         plan = " ".join(
-            r[3] for r in conn.execute("EXPLAIN QUERY PLAN SELECT * FROM api_keys WHERE hash = ?", ("x",))
+            r[3]
+            for r in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT * FROM api_keys WHERE hash = ?", ("x",)
+            )
         )
     assert "USING INDEX sqlite_autoindex_api_keys" in plan, plan
 

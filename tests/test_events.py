@@ -228,22 +228,49 @@ def log(meta: MetaDB) -> MetaDB:
     meta.append_events(
         [
             ev("r1", "n1", query="Coffee 50% off?", created_at=at(0)),
-            ev("r1", "n1", query="Coffee 50% off?", memory_tier=Tier.SEMANTIC,
-               memory_summary="likes TEA", created_at=at(0), rank=1),
-            ev("r1", "n1", kind=EventKind.GET, memory_tier=Tier.WORKING, memory_summary="a_b",
-               created_at=at(1)),
+            ev(
+                "r1",
+                "n1",
+                query="Coffee 50% off?",
+                memory_tier=Tier.SEMANTIC,
+                memory_summary="likes TEA",
+                created_at=at(0),
+                rank=1,
+            ),
+            ev(
+                "r1",
+                "n1",
+                kind=EventKind.GET,
+                memory_tier=Tier.WORKING,
+                memory_summary="a_b",
+                created_at=at(1),
+            ),
         ]
     )
     meta.append_events(
         [
-            ev("r2", "n2", query="Straße", memory_tier=Tier.EPISODIC, memory_summary="École",
-               created_at=at(1)),
+            ev(
+                "r2",
+                "n2",
+                query="Straße",
+                memory_tier=Tier.EPISODIC,
+                memory_summary="École",
+                created_at=at(1),
+            ),
             ev("r2", "n2", query="Straße", created_at=at(2)),
         ]
     )
     meta.append_events(
-        [ev("w1", "n1", kind=EventKind.REMEMBER, memory_tier=Tier.SEMANTIC,
-            memory_summary="500 off", created_at=at(3))]
+        [
+            ev(
+                "w1",
+                "n1",
+                kind=EventKind.REMEMBER,
+                memory_tier=Tier.SEMANTIC,
+                memory_summary="500 off",
+                created_at=at(3),
+            )
+        ]
     )
     return meta
 
@@ -273,9 +300,7 @@ NEWEST_FIRST = [W1, R2B, R2A, R1C, R1B, R1A]  # at(3), at(2), at(1) id 4 > 3, at
         pytest.param(
             EventFilter(tiers=[Tier.WORKING]), [R1C, R1B, R1A], id="tiers-select-whole-op"
         ),
-        pytest.param(
-            EventFilter(tiers=["semantic"]), [W1, R1C, R1B, R1A], id="tiers-several-ops"
-        ),
+        pytest.param(EventFilter(tiers=["semantic"]), [W1, R1C, R1B, R1A], id="tiers-several-ops"),
         pytest.param(EventFilter(tiers=[Tier.PROCEDURAL]), [], id="tiers-no-match"),
         pytest.param(
             EventFilter(text="coffee"), [R1C, R1B, R1A], id="text-case-insensitive-whole-op"
@@ -293,21 +318,21 @@ NEWEST_FIRST = [W1, R2B, R2A, R1C, R1B, R1A]  # at(3), at(2), at(1) id 4 > 3, at
         pytest.param(EventFilter(text="off?likes"), [], id="no-match-across-fields"),
         pytest.param(EventFilter(text="off"), [W1, R1C, R1B, R1A], id="text-several-ops"),
         pytest.param(
-            EventFilter(text="coffee", tiers=[Tier.WORKING]), [R1C, R1B, R1A],
+            EventFilter(text="coffee", tiers=[Tier.WORKING]),
+            [R1C, R1B, R1A],
             id="tiers-and-text-on-different-rows-of-one-op",
         ),
         pytest.param(
             EventFilter(text="500", tiers=[Tier.WORKING]), [], id="tiers-and-text-both-needed"
         ),
-        pytest.param(
-            EventFilter(text="coffee", kinds=["get"]), [R1C], id="text-then-row-filter"
-        ),
+        pytest.param(EventFilter(text="coffee", kinds=["get"]), [R1C], id="text-then-row-filter"),
         pytest.param(
             EventFilter(tiers=["episodic"], namespace="n1"), [], id="tiers-then-namespace"
         ),
         pytest.param(EventFilter(since=at(1)), [W1, R2B, R2A, R1C], id="since-inclusive"),
         pytest.param(
-            EventFilter(since=at(1).replace(tzinfo=None)), [W1, R2B, R2A, R1C],
+            EventFilter(since=at(1).replace(tzinfo=None)),
+            [W1, R2B, R2A, R1C],
             id="since-naive-utc",
         ),
         pytest.param(EventFilter(since=at(3.5)), [], id="since-after-all"),
@@ -315,9 +340,7 @@ NEWEST_FIRST = [W1, R2B, R2A, R1C, R1B, R1A]  # at(3), at(2), at(1) id 4 > 3, at
         pytest.param(
             EventFilter(before=at(1), before_id=R2A), [R1C, R1B, R1A], id="cursor-tie-on-time"
         ),
-        pytest.param(
-            EventFilter(before=at(1), before_id=R1C), [R1B, R1A], id="cursor-at-tie-end"
-        ),
+        pytest.param(EventFilter(before=at(1), before_id=R1C), [R1B, R1A], id="cursor-at-tie-end"),
         pytest.param(EventFilter(before=at(0), before_id=R1B), [R1A], id="cursor-inside-tie"),
         pytest.param(EventFilter(before=at(9), before_id=1), NEWEST_FIRST, id="cursor-later"),
         pytest.param(EventFilter(before_id=R2A), [R1C, R1B, R1A], id="before-id-alone"),
@@ -326,7 +349,8 @@ NEWEST_FIRST = [W1, R2B, R2A, R1C, R1B, R1A]  # at(3), at(2), at(1) id 4 > 3, at
         pytest.param(EventFilter(limit=-1), NEWEST_FIRST, id="limit-negative-no-cap"),
         pytest.param(EventFilter(text="off", limit=2), [W1, R1C], id="text-with-limit"),
         pytest.param(
-            EventFilter(text="off", before=at(1), before_id=R1C, limit=1), [R1B],
+            EventFilter(text="off", before=at(1), before_id=R1C, limit=1),
+            [R1B],
             id="text-with-cursor",
         ),
         pytest.param(EventFilter(text=""), NEWEST_FIRST, id="empty-text-no-filter"),
@@ -342,9 +366,7 @@ def test_list_events_filters(log: MetaDB, flt: EventFilter | None, expected: lis
 
 
 def test_list_events_text_with_nul_and_long_text(meta: MetaDB) -> None:
-    meta.append_events(
-        [ev("a", query="x\x00y"), ev("b", memory_summary="y" * 10_000 + "NEEDLE")]
-    )
+    meta.append_events([ev("a", query="x\x00y"), ev("b", memory_summary="y" * 10_000 + "NEEDLE")])
     assert [e.op_id for e in meta.list_events(EventFilter(text="\x00y"))] == ["a"]
     assert [e.op_id for e in meta.list_events(EventFilter(text="needle"))] == ["b"]
 
@@ -378,8 +400,11 @@ def test_cursor_pages_through_everything_once(meta: MetaDB) -> None:
     ]
     meta.append_events(batch)
     everything = meta.list_events()
-    for flt in (EventFilter(limit=7), EventFilter(limit=7, namespace="n1"),
-                EventFilter(limit=7, namespaces=["n0", "n2"])):
+    for flt in (
+        EventFilter(limit=7),
+        EventFilter(limit=7, namespace="n1"),
+        EventFilter(limit=7, namespaces=["n0", "n2"]),
+    ):
         pages: list[Event] = []
         cursor = flt
         while page := meta.list_events(cursor):
@@ -434,7 +459,9 @@ def filters_for(stored: list[Event]) -> st.SearchStrategy[EventFilter]:
         namespaces=st.lists(st.sampled_from(["n1", "n2", "n3"]), max_size=2),
         kinds=st.lists(st.sampled_from([EventKind.RECALL, EventKind.GET]), max_size=2),
         tiers=st.one_of(st.just([]), st.lists(st.sampled_from(list(Tier)), max_size=2)),
-        text=st.one_of(st.just(""), pieces, pieces.map(str.swapcase), st.text(ALPHABET, max_size=2)),
+        text=st.one_of(
+            st.just(""), pieces, pieces.map(str.swapcase), st.text(ALPHABET, max_size=2)
+        ),
         since=st.one_of(st.none(), st.none(), st.integers(0, 6).map(at)),
         limit=st.one_of(st.just(0), st.integers(-1, 8)),
     )
@@ -453,8 +480,7 @@ def model_list(rows: list[Event], f: EventFilter) -> list[int]:
     if f.text:
         t = f.text.casefold()
         ops_ok &= {
-            e.op_id for e in rows
-            if t in e.query.casefold() or t in e.memory_summary.casefold()
+            e.op_id for e in rows if t in e.query.casefold() or t in e.memory_summary.casefold()
         }
     out = []
     for e in rows:

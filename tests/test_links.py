@@ -58,9 +58,7 @@ def test_tiers_round_trip_as_given(meta: MetaDB, tiers: Any, expected: Any) -> N
     [
         pytest.param(T0, T0, id="aware-utc"),
         pytest.param(T0.replace(tzinfo=None), T0, id="naive-is-utc"),
-        pytest.param(
-            T0.astimezone(timezone(timedelta(hours=-5))), T0, id="other-offset-converted"
-        ),
+        pytest.param(T0.astimezone(timezone(timedelta(hours=-5))), T0, id="other-offset-converted"),
         pytest.param(
             datetime(1969, 7, 20, 20, 17, 40, 1, tzinfo=UTC),
             datetime(1969, 7, 20, 20, 17, 40, 1, tzinfo=UTC),
@@ -130,7 +128,9 @@ def test_invalid_link_is_rejected_and_nothing_written(meta: MetaDB, link: Any) -
 
 def test_text_round_trips(meta: MetaDB) -> None:
     meta.put_link(NamespaceLink("ns/ü", "日本", note="line\nbreak\x00nul 🎉", created_at=T0))
-    assert meta.list_links("ns/ü") == [NamespaceLink("ns/ü", "日本", None, "line\nbreak\x00nul 🎉", T0)]
+    assert meta.list_links("ns/ü") == [
+        NamespaceLink("ns/ü", "日本", None, "line\nbreak\x00nul 🎉", T0)
+    ]
 
 
 # -- delete / list -----------------------------------------------------------------------------
@@ -178,41 +178,55 @@ Spec = tuple[str, str, str]  # (src, dst, note)
         pytest.param([("x", "a", "1")], ("a", "b"), [("x", "b", "1")], id="dst-end"),
         pytest.param([("a", "a", "1")], ("a", "b"), [("b", "b", "1")], id="self-loop"),
         pytest.param(
-            [("a", "x", "1"), ("x", "y", "2")], ("a", "b"), [("b", "x", "1"), ("x", "y", "2")],
+            [("a", "x", "1"), ("x", "y", "2")],
+            ("a", "b"),
+            [("b", "x", "1"), ("x", "y", "2")],
             id="others-untouched",
         ),
         pytest.param(
-            [("a", "x", "renamed"), ("b", "x", "existing")], ("a", "b"), [("b", "x", "existing")],
+            [("a", "x", "renamed"), ("b", "x", "existing")],
+            ("a", "b"),
+            [("b", "x", "existing")],
             id="existing-wins-at-src",
         ),
         pytest.param(
-            [("x", "a", "renamed"), ("x", "b", "existing")], ("a", "b"), [("x", "b", "existing")],
+            [("x", "a", "renamed"), ("x", "b", "existing")],
+            ("a", "b"),
+            [("x", "b", "existing")],
             id="existing-wins-at-dst",
         ),
         pytest.param(
-            [("a", "b", "ab"), ("b", "a", "ba")], ("a", "b"), [("b", "b", "ab")],
+            [("a", "b", "ab"), ("b", "a", "ba")],
+            ("a", "b"),
+            [("b", "b", "ab")],
             id="reciprocal-pair-collapses-to-first",
         ),
         pytest.param(
-            [("b", "a", "ba"), ("a", "b", "ab")], ("b", "a"), [("a", "a", "ab")],
+            [("b", "a", "ba"), ("a", "b", "ab")],
+            ("b", "a"),
+            [("a", "a", "ab")],
             id="reciprocal-pair-first-is-by-src-dst-not-insertion",
         ),
         pytest.param(
-            [("a", "a", "aa"), ("a", "b", "ab"), ("b", "a", "ba")], ("a", "b"),
-            [("b", "b", "aa")], id="self-loop-first",
+            [("a", "a", "aa"), ("a", "b", "ab"), ("b", "a", "ba")],
+            ("a", "b"),
+            [("b", "b", "aa")],
+            id="self-loop-first",
         ),
         pytest.param(
-            [("a", "b", "ab"), ("b", "a", "ba"), ("b", "b", "existing")], ("a", "b"),
-            [("b", "b", "existing")], id="existing-self-loop-beats-reciprocal-pair",
+            [("a", "b", "ab"), ("b", "a", "ba"), ("b", "b", "existing")],
+            ("a", "b"),
+            [("b", "b", "existing")],
+            id="existing-self-loop-beats-reciprocal-pair",
         ),
-        pytest.param(
-            [("a", "x", "1")], ("a", "a"), [("a", "x", "1")], id="same-name-no-op"
-        ),
+        pytest.param([("a", "x", "1")], ("a", "a"), [("a", "x", "1")], id="same-name-no-op"),
         pytest.param([("a", "x", "1")], ("q", "b"), [("a", "x", "1")], id="absent-namespace"),
         pytest.param([], ("a", "b"), [], id="empty"),
         pytest.param(
-            [("a", "c", "1"), ("c", "a", "2"), ("a", "d", "3")], ("a", "b"),
-            [("b", "c", "1"), ("b", "d", "3"), ("c", "b", "2")], id="several",
+            [("a", "c", "1"), ("c", "a", "2"), ("a", "d", "3")],
+            ("a", "b"),
+            [("b", "c", "1"), ("b", "d", "3"), ("c", "b", "2")],
+            id="several",
         ),
     ],
 )
@@ -237,8 +251,11 @@ def test_rename_keeps_tiers_note_and_created_at(meta: MetaDB) -> None:
 
 @pytest.mark.parametrize(
     ("from_ns", "to_ns"),
-    [pytest.param("", "b", id="empty-from"), pytest.param("a", "", id="empty-to"),
-     pytest.param(None, "b", id="none-from")],
+    [
+        pytest.param("", "b", id="empty-from"),
+        pytest.param("a", "", id="empty-to"),
+        pytest.param(None, "b", id="none-from"),
+    ],
 )
 def test_rename_rejects_bad_names(meta: MetaDB, from_ns: Any, to_ns: Any) -> None:
     meta.put_link(NamespaceLink("a", "x"))

@@ -119,6 +119,7 @@ class Store:
         dims: int | None = None,
         metric: Literal["l2", "cos", "ip"] | None = None,
         metrics: Metrics | None = None,
+        search_breadth: int | None = None,
     ) -> Store:
         """Open (or create) the store in directory ``path``; ``None`` = ephemeral, in memory.
 
@@ -127,6 +128,8 @@ class Store:
             dims: Vector dimensions; required for a new store, checked on reopen.
             metric: ``"l2"`` (default for a new store), ``"cos"`` or ``"ip"``; checked on reopen.
             metrics: Receives counters after durable changes (e.g. `PrometheusMetrics`).
+            search_breadth: HNSW candidates per vector search (default 64): larger is
+                slower with higher recall. Not stored; small namespaces are always exact.
 
         Raises:
             InvalidArgumentError: Missing/invalid dims or an unknown metric.
@@ -140,7 +143,13 @@ class Store:
                 f"unknown metric {metric!r} (use one of: {', '.join(_METRIC_NAMES)})"
             )
         p = None if path is None else Path(os.fspath(path)).absolute()
+        if search_breadth is not None and (
+            isinstance(search_breadth, bool) or not isinstance(search_breadth, int) or search_breadth < 1
+        ):
+            raise InvalidArgumentError("search_breadth must be an int >= 1")
         engine = Engine(None if p is None else str(p), dims, metric)
+        if search_breadth is not None:
+            engine.set_search_breadth(search_breadth)
         try:
             meta = MetaDB.open(None if p is None else str(p))
         except BaseException:

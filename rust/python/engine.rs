@@ -52,6 +52,10 @@ impl PyEngine {
         run(py, || self.engine.close())
     }
 
+    fn set_search_breadth(&self, py: Python<'_>, breadth: usize) -> PyResult<()> {
+        run(py, || self.engine.set_search_breadth(breadth))
+    }
+
     fn ping(&self, py: Python<'_>) -> PyResult<()> {
         run(py, || self.engine.ping())
     }
