@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::columns::{fingerprint_hash, pair_hash, tag_hash, Columns};
 use crate::error::{Error, Result};
 use crate::filter::Predicate;
-use crate::keyword::{Doc, KeywordIndex};
+use crate::keyword::{Doc, KeywordIndex, FOLD_DOCS};
 use crate::rows::{to_memory, Batch, Change, Col, Payload, RowStore, Snapshot};
 use crate::types::{
     now_micros, FilterSpec, Memory, MemoryPatch, Metric, Micros, NewMemory, Scored, SortKey, Tier,
@@ -366,13 +366,20 @@ fn apply(state: &mut State, effects: Effects, seq: u64) {
             log::error!("{e}");
         }
     }
+    // a bulk group goes straight into tantivy with one commit; small ones through the delta
+    let bulk = effects.docs.len() >= FOLD_DOCS;
     for (rid, doc, s) in effects.docs {
         let d = doc.as_ref().map(|(ns, text, version)| Doc { namespace: ns, text: text.clone(), version: *version });
-        if let Err(e) = state.keyword.put(rid, d, s) {
+        if let Err(e) = state.keyword.put(rid, d, s, !bulk) {
             log::error!("{e}");
         }
     }
     state.keyword.advance(seq);
+    if bulk {
+        if let Err(e) = state.keyword.commit() {
+            log::error!("{e}");
+        }
+    }
 }
 
 impl Engine {
@@ -1429,9 +1436,9 @@ fn open_keyword(dir: Option<&Path>, snap: &Snapshot, cols: &Columns, seq: u64) -
                 match cols.rows.get(rid) {
                     Some(c) => {
                         let (_, p) = it.next().ok_or_else(|| Error::Corruption("payload count".into()))?;
-                        kw.put(*rid, Some(Doc { namespace: &c.namespace, text: doc_text(&p), version: c.version }), seq)?;
+                        kw.put(*rid, Some(Doc { namespace: &c.namespace, text: doc_text(&p), version: c.version }), seq, false)?;
                     }
-                    None => kw.put(*rid, None, seq)?,
+                    None => kw.put(*rid, None, seq, false)?,
                 }
             }
         }

@@ -9,27 +9,46 @@
 //! - Each document carries its row id and the row's `doc_version` as fast fields; the search
 //!   callback drops documents that are deleted, stale (an older version of a row) or rejected
 //!   by the filter, inside the top-k loop, so they never take a result slot.
-//! - Writes are buffered in the tantivy writer; a search that follows a write commits first
-//!   (read-your-writes). The commit payload records the changelog sequence the index reflects.
+//! - Read-your-writes without a commit per write (a tantivy commit + reload costs ~12 ms):
+//!   every write is buffered in the tantivy writer AND entered in a small in-memory delta
+//!   (same analyzer). A search scores the delta's documents itself with tantivy's own
+//!   `Bm25Weight` over combined statistics (committed + delta document counts, token counts
+//!   and document frequencies, the same field-norm quantisation), merges them into the top-k
+//!   and skips committed documents of rows that are in the delta. A background thread folds
+//!   the delta into tantivy (commit + reload) on a size/time threshold; deleted documents stay
+//!   in tantivy's statistics until a merge, exactly as the delta's additions do, so a row's
+//!   score does not jump when it is folded in.
+//! - The commit payload records the changelog sequence the index reflects.
 
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex, RwLock};
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, ConstScoreQuery, EnableScoring, Occur, Query, TermQuery};
+use tantivy::fieldnorm::FieldNormReader;
+use tantivy::query::{
+    Bm25StatisticsProvider, Bm25Weight, BooleanQuery, ConstScoreQuery, EnableScoring, Occur, Query,
+    TermQuery,
+};
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING,
 };
 use tantivy::tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, SimpleTokenizer, Stemmer, TextAnalyzer,
 };
-use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
 
 use crate::error::{Error, Result};
 
 const TOKENIZER: &str = "memini";
 const WRITER_MEMORY: usize = 64 << 20;
+/// Fold the delta into tantivy when it holds this many documents...
+pub const FOLD_DOCS: usize = 4096;
+/// ...or when its oldest change is this old.
+const FOLD_AGE: Duration = Duration::from_millis(1000);
 
 fn kw_err(context: &str, e: impl std::fmt::Display) -> Error {
     Error::storage(&format!("keyword index: {context}"), e)
@@ -72,21 +91,166 @@ pub struct Doc<'a> {
     pub version: u64,
 }
 
-/// The tantivy index with its writer and reader.
-pub struct KeywordIndex {
-    index: Index,
+/// An uncommitted document, analysed.
+struct DeltaDoc {
+    ns: String,
+    version: u64,
+    seq: u64,
+    tokens: u32,
+    terms: Vec<String>,
+}
+
+/// The freshest writes, searchable before tantivy commits them.
+#[derive(Default)]
+struct Delta {
+    docs: HashMap<u64, DeltaDoc>,
+    /// term -> (rid -> term frequency)
+    postings: HashMap<String, HashMap<u64, u32>>,
+    tokens: u64,
+    oldest: Option<Instant>,
+}
+
+impl Delta {
+    fn remove(&mut self, rid: u64) {
+        if let Some(d) = self.docs.remove(&rid) {
+            self.tokens -= u64::from(d.tokens);
+            for t in d.terms {
+                if let Some(p) = self.postings.get_mut(&t) {
+                    p.remove(&rid);
+                    if p.is_empty() {
+                        self.postings.remove(&t);
+                    }
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, rid: u64, doc: &Doc<'_>, seq: u64) {
+        self.remove(rid);
+        let mut analyzer = analyzer();
+        let mut stream = analyzer.token_stream(&doc.text);
+        let mut freqs: HashMap<String, u32> = HashMap::new();
+        let mut tokens = 0u32;
+        while stream.advance() {
+            tokens += 1;
+            *freqs.entry(stream.token().text.clone()).or_default() += 1;
+        }
+        for (t, f) in &freqs {
+            self.postings.entry(t.clone()).or_default().insert(rid, *f);
+        }
+        self.tokens += u64::from(tokens);
+        self.docs.insert(
+            rid,
+            DeltaDoc { ns: doc.namespace.to_owned(), version: doc.version, seq, tokens, terms: freqs.into_keys().collect() },
+        );
+        self.oldest.get_or_insert_with(Instant::now);
+    }
+}
+
+/// BM25 statistics of the committed index plus the delta.
+struct Combined<'a> {
+    searcher: &'a Searcher,
+    delta: &'a Delta,
+}
+
+impl Bm25StatisticsProvider for Combined<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        Ok(Bm25StatisticsProvider::total_num_tokens(self.searcher, field)? + self.delta.tokens)
+    }
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(Bm25StatisticsProvider::total_num_docs(self.searcher)? + self.delta.docs.len() as u64)
+    }
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        let extra = term.value().as_str().and_then(|t| self.delta.postings.get(t)).map_or(0, HashMap::len);
+        Ok(self.searcher.doc_freq(term)? + extra as u64)
+    }
+}
+
+struct Shared {
     fields: Fields,
     reader: IndexReader,
     writer: Mutex<Writer>,
+    delta: RwLock<Delta>,
+    stop: Mutex<bool>,
+    wake: Condvar,
 }
 
-#[derive(PartialEq, PartialOrd)]
+/// The tantivy index with its writer, reader, delta and folding thread.
+pub struct KeywordIndex {
+    index: Index,
+    shared: Arc<Shared>,
+    folder: Option<JoinHandle<()>>,
+}
+
+/// A heap entry ordered so that `BinaryHeap` is a min-heap on score (ties: the larger rid is
+/// evicted first). `PartialOrd` must agree with `Ord`: the heap compares with both.
+#[derive(PartialEq)]
 struct Hit(f32, u64);
 impl Eq for Hit {}
+impl PartialOrd for Hit {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 impl Ord for Hit {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        // reversed: BinaryHeap becomes a min-heap on score (ties: larger rid evicted first)
         o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
+    }
+}
+
+fn push(heap: &mut BinaryHeap<Hit>, k: usize, score: f32, rid: u64) {
+    heap.push(Hit(score, rid));
+    if heap.len() > k {
+        heap.pop();
+    }
+}
+
+impl Shared {
+    /// Commits buffered changes (if any), reloads the reader and drops the folded delta.
+    fn fold(&self) -> Result<()> {
+        let seq = {
+            let mut w = self.writer.lock();
+            if !w.dirty {
+                return Ok(());
+            }
+            let seq = w.seq;
+            let mut prepared = w.writer.prepare_commit().map_err(|e| kw_err("commit", e))?;
+            prepared.set_payload(&seq.to_string());
+            prepared.commit().map_err(|e| kw_err("commit", e))?;
+            w.dirty = false;
+            w.committed = seq;
+            seq
+        };
+        let mut d = self.delta.write();
+        self.reader.reload().map_err(|e| kw_err("reload", e))?;
+        let folded: Vec<u64> = d.docs.iter().filter(|(_, doc)| doc.seq <= seq).map(|(rid, _)| *rid).collect();
+        for rid in folded {
+            d.remove(rid);
+        }
+        d.oldest = if d.docs.is_empty() { None } else { Some(Instant::now()) };
+        Ok(())
+    }
+
+    fn fold_due(&self) -> bool {
+        let d = self.delta.read();
+        d.docs.len() >= FOLD_DOCS || d.oldest.is_some_and(|t| t.elapsed() >= FOLD_AGE)
+    }
+
+    fn run_folder(&self) {
+        let mut stop = self.stop.lock();
+        while !*stop {
+            self.wake.wait_for(&mut stop, Duration::from_millis(200));
+            if *stop {
+                break;
+            }
+            drop(stop);
+            if self.fold_due() {
+                if let Err(e) = self.fold() {
+                    log::error!("{e}");
+                }
+            }
+            stop = self.stop.lock();
+        }
     }
 }
 
@@ -127,15 +291,9 @@ impl KeywordIndex {
             }
         };
         index.tokenizers().register(TOKENIZER, analyzer());
-        let committed_seq = match index.load_metas() {
-            Ok(m) => match m.payload.as_deref().map(str::parse::<u64>) {
-                Some(Ok(seq)) => seq,
-                _ => {
-                    fresh = true;
-                    0
-                }
-            },
-            Err(_) => {
+        let committed = match index.load_metas().ok().and_then(|m| m.payload).map(|p| p.parse::<u64>()) {
+            Some(Ok(seq)) => seq,
+            _ => {
                 fresh = true;
                 0
             }
@@ -143,48 +301,64 @@ impl KeywordIndex {
         let writer = index
             .writer_with_num_threads(2, WRITER_MEMORY)
             .map_err(|e| kw_err("writer", e))?;
+        if fresh {
+            writer.delete_all_documents().map_err(|e| kw_err("clear", e))?;
+        }
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()
             .map_err(|e| kw_err("reader", e))?;
-        let kw = Self {
-            index,
+        let shared = Arc::new(Shared {
             fields,
             reader,
-            writer: Mutex::new(Writer { writer, dirty: false, seq: committed_seq, committed: committed_seq }),
-        };
-        if fresh {
-            kw.writer.lock().writer.delete_all_documents().map_err(|e| kw_err("clear", e))?;
-        }
-        Ok((kw, fresh))
+            writer: Mutex::new(Writer { writer, dirty: fresh, seq: committed, committed }),
+            delta: RwLock::new(Delta::default()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let s = Arc::clone(&shared);
+        let folder = std::thread::Builder::new()
+            .name("memini-keyword-fold".into())
+            .spawn(move || s.run_folder())
+            .map_err(|e| kw_err("fold thread", e))?;
+        Ok((Self { index, shared, folder: Some(folder) }, fresh))
     }
 
     /// The changelog sequence the committed index reflects.
     #[must_use]
     pub fn committed_seq(&self) -> u64 {
-        self.writer.lock().committed
+        self.shared.writer.lock().committed
     }
 
     /// Replaces (doc = Some) or deletes (None) the document of row `rid`; `seq` is the
-    /// changelog sequence of the change.
-    pub fn put(&self, rid: u64, doc: Option<Doc<'_>>, seq: u64) -> Result<()> {
-        let mut w = self.writer.lock();
-        w.writer.delete_term(Term::from_field_u64(self.fields.rid, rid));
-        if let Some(d) = doc {
-            let f = self.fields;
+    /// changelog sequence of the change. With `searchable`, the change is visible to the
+    /// next search at once (via the delta); bulk loads pass false and `commit` at the end.
+    pub fn put(&self, rid: u64, doc: Option<Doc<'_>>, seq: u64, searchable: bool) -> Result<()> {
+        let mut w = self.shared.writer.lock();
+        w.writer.delete_term(Term::from_field_u64(self.shared.fields.rid, rid));
+        if let Some(d) = &doc {
+            let f = self.shared.fields;
             w.writer
-                .add_document(doc!(f.rid => rid, f.ver => d.version, f.ns => d.namespace, f.text => d.text))
+                .add_document(doc!(f.rid => rid, f.ver => d.version, f.ns => d.namespace, f.text => d.text.clone()))
                 .map_err(|e| kw_err("add", e))?;
         }
         w.dirty = true;
         w.seq = w.seq.max(seq);
+        let mut delta = self.shared.delta.write();
+        match doc {
+            Some(d) if searchable => delta.insert(rid, &d, seq),
+            _ => delta.remove(rid),
+        }
+        if delta.docs.len() >= FOLD_DOCS {
+            self.shared.wake.notify_one();
+        }
         Ok(())
     }
 
     /// Notes that every change up to `seq` is reflected (even when none touched text).
     pub fn advance(&self, seq: u64) {
-        let mut w = self.writer.lock();
+        let mut w = self.shared.writer.lock();
         if seq > w.seq {
             w.seq = seq;
             w.dirty = true;
@@ -193,22 +367,11 @@ impl KeywordIndex {
 
     /// Commits buffered changes (if any) and reloads the reader.
     pub fn commit(&self) -> Result<()> {
-        let mut w = self.writer.lock();
-        if !w.dirty {
-            return Ok(());
-        }
-        let seq = w.seq;
-        let mut prepared = w.writer.prepare_commit().map_err(|e| kw_err("commit", e))?;
-        prepared.set_payload(&seq.to_string());
-        prepared.commit().map_err(|e| kw_err("commit", e))?;
-        w.dirty = false;
-        w.committed = seq;
-        self.reader.reload().map_err(|e| kw_err("reload", e))?;
-        Ok(())
+        self.shared.fold()
     }
 
     /// The query's terms: analyzer tokens of its words of >= 2 letters/digits, deduplicated.
-    fn terms(&self, query: &str) -> Vec<Term> {
+    fn terms(&self, query: &str) -> Vec<(String, Term)> {
         let mut analyzer = analyzer();
         let mut stream = analyzer.token_stream(query);
         let mut seen = HashSet::new();
@@ -217,7 +380,7 @@ impl KeywordIndex {
             let t = stream.token();
             let word = query.get(t.offset_from..t.offset_to).unwrap_or("");
             if word.chars().count() >= 2 && seen.insert(t.text.clone()) {
-                terms.push(Term::from_field_text(self.fields.text, &t.text));
+                terms.push((t.text.clone(), Term::from_field_text(self.shared.fields.text, &t.text)));
             }
         }
         terms
@@ -236,28 +399,49 @@ impl KeywordIndex {
         if terms.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        self.commit()?;
+        let f = self.shared.fields;
         let words: Vec<(Occur, Box<dyn Query>)> = terms
-            .into_iter()
-            .map(|t| {
-                let q: Box<dyn Query> = Box::new(TermQuery::new(t, IndexRecordOption::WithFreqs));
+            .iter()
+            .map(|(_, t)| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(t.clone(), IndexRecordOption::WithFreqs));
                 (Occur::Should, q)
             })
             .collect();
-        let ns_term = Term::from_field_text(self.fields.ns, namespace);
         let ns_q: Box<dyn Query> = Box::new(ConstScoreQuery::new(
-            Box::new(TermQuery::new(ns_term, IndexRecordOption::Basic)),
+            Box::new(TermQuery::new(Term::from_field_text(f.ns, namespace), IndexRecordOption::Basic)),
             0.0,
         ));
         let query = BooleanQuery::new(vec![
             (Occur::Must, ns_q),
             (Occur::Must, Box::new(BooleanQuery::new(words)) as Box<dyn Query>),
         ]);
-        let searcher = self.reader.searcher();
-        let weight = query
-            .weight(EnableScoring::enabled_from_searcher(&searcher))
-            .map_err(|e| kw_err("query", e))?;
+        let delta = self.shared.delta.read();
+        let searcher = self.shared.reader.searcher();
+        let stats = Combined { searcher: &searcher, delta: &delta };
         let mut heap: BinaryHeap<Hit> = BinaryHeap::with_capacity(k + 1);
+
+        // the delta: scored here with tantivy's BM25 weights over the combined statistics
+        let mut delta_scores: HashMap<u64, f32> = HashMap::new();
+        for (text, term) in &terms {
+            let Some(posting) = delta.postings.get(text) else { continue };
+            let weight = Bm25Weight::for_terms(&stats, std::slice::from_ref(term)).map_err(|e| kw_err("bm25", e))?;
+            for (rid, tf) in posting {
+                let d = &delta.docs[rid];
+                if d.ns == namespace {
+                    *delta_scores.entry(*rid).or_default() += weight.score(FieldNormReader::fieldnorm_to_id(d.tokens), *tf);
+                }
+            }
+        }
+        for (rid, score) in delta_scores {
+            if accept(rid, delta.docs[&rid].version) {
+                push(&mut heap, k, score, rid);
+            }
+        }
+
+        // committed segments: documents of rows in the delta are superseded by it
+        let weight = query
+            .weight(EnableScoring::enabled_from_statistics_provider(&stats, &searcher))
+            .map_err(|e| kw_err("query", e))?;
         for seg in searcher.segment_readers() {
             let ff = seg.fast_fields();
             let rids = ff.u64("rid").map_err(|e| kw_err("fast field", e))?;
@@ -270,13 +454,10 @@ impl KeywordIndex {
                     return threshold;
                 }
                 let (Some(rid), Some(ver)) = (rids.first(doc), vers.first(doc)) else { return threshold };
-                if !accept(rid, ver) {
+                if delta.docs.contains_key(&rid) || !accept(rid, ver) {
                     return threshold;
                 }
-                heap.push(Hit(score, rid));
-                if heap.len() > k {
-                    heap.pop();
-                }
+                push(&mut heap, k, score, rid);
                 if heap.len() >= k {
                     threshold = heap.peek().map_or(f32::MIN, |h| h.0);
                 }
@@ -289,10 +470,10 @@ impl KeywordIndex {
         Ok(hits)
     }
 
-    /// Number of documents (committed, alive).
+    /// Number of documents (committed, alive) plus uncommitted ones in the delta.
     #[must_use]
     pub fn num_docs(&self) -> u64 {
-        self.reader.searcher().num_docs()
+        self.shared.reader.searcher().num_docs() + self.shared.delta.read().docs.len() as u64
     }
 
     /// Merges segments and purges deleted documents.
@@ -300,12 +481,22 @@ impl KeywordIndex {
         self.commit()?;
         let ids = self.index.searchable_segment_ids().map_err(|e| kw_err("segments", e))?;
         if ids.len() > 1 {
-            let mut w = self.writer.lock();
+            let mut w = self.shared.writer.lock();
             let fut = w.writer.merge(&ids);
             drop(w);
             fut.wait().map_err(|e| kw_err("merge", e))?;
         }
-        self.reader.reload().map_err(|e| kw_err("reload", e))?;
+        self.shared.reader.reload().map_err(|e| kw_err("reload", e))?;
         Ok(())
+    }
+}
+
+impl Drop for KeywordIndex {
+    fn drop(&mut self) {
+        *self.shared.stop.lock() = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.folder.take() {
+            let _ = t.join();
+        }
     }
 }

@@ -149,12 +149,18 @@ fn fast_distance(metric: Metric, q: &[f32], q_norm: f32, v: &[f32]) -> f32 {
     }
 }
 
-#[derive(PartialEq, PartialOrd)]
+/// A scan candidate: a max-heap on distance keeps the nearest (ties: larger key evicted).
+#[derive(PartialEq)]
 struct Cand(f32, u64);
 impl Eq for Cand {}
+impl PartialOrd for Cand {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 impl Ord for Cand {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.partial_cmp(o).unwrap_or(std::cmp::Ordering::Equal)
+        self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))
     }
 }
 

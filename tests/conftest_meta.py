@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from memini._sqlite import MetaDB
 
 OpenMeta = Callable[[], MetaDB]

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meta_helpers import T0, at
-
 from memini._sqlite import MetaDB
 from memini.errors import ConflictError, InvalidArgumentError, StoreClosedError
 from memini.types import APIKey, hash_api_key
+from meta_helpers import T0, at
 
 pytest_plugins = ["conftest_meta"]
 

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meta_helpers import T0, at
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from memini import events as events_module
 from memini._sqlite import MetaDB
 from memini.errors import InvalidArgumentError, StoreClosedError
 from memini.types import Event, EventFilter, EventKind, NamespaceLink, Tier
+from meta_helpers import T0, at
 
 pytest_plugins = ["conftest_meta"]
 

