@@ -26,10 +26,18 @@ test-rust:  ## cargo tests of the core (no Python), on the same release target
 test-py: install  ## the pytest suite (slow tests excluded)
 	$(PY) -m pytest -q -m "not slow"
 
+lint: install  ## rustfmt, clippy -D warnings (pedantic), ruff, mypy --strict, stubtest
+	cargo fmt --check
+	cargo clippy --release --all-targets --features python -q -- -D warnings
+	$(VENV)/bin/ruff check python tests benches
+	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/mypy --strict python/memini
+	$(PY) -m mypy.stubtest memini._core --allowlist python/stubtest-allowlist.txt
+
 bench-smoke: install  ## run every benchmark once at 10k rows with timing disabled
 	MEMINI_BENCH_ROWS=$(BENCH_ROWS) MEMINI_BENCH_EVENTS=20000 $(PY) -m pytest -q benches --benchmark-disable
 
-test: install test-rust  ## everything CI runs: Rust tests, Python tests, benchmark smoke run
+test: install lint test-rust  ## everything CI runs: lint, Rust tests, Python tests, bench smoke
 	$(PY) -m pytest -q -m "not slow"
 	$(MAKE) bench-smoke
 

@@ -141,7 +141,10 @@ impl Namespace {
 
     fn remove(&mut self, rid: u64, col: &Col) {
         self.ids.remove(&col.id);
-        for (map, hashes) in [(&mut self.tags, &col.tag_hashes), (&mut self.meta, &col.meta_hashes)] {
+        for (map, hashes) in [
+            (&mut self.tags, &col.tag_hashes),
+            (&mut self.meta, &col.meta_hashes),
+        ] {
             for h in hashes {
                 if let Some(set) = map.get_mut(h) {
                     set.remove(&rid);
@@ -184,7 +187,10 @@ impl Columns {
     /// Inserts or replaces the row `rid`; returns the previous record.
     pub fn put(&mut self, rid: u64, col: Col) -> Option<Col> {
         let old = self.remove(rid);
-        self.namespaces.entry(col.namespace.clone()).or_default().add(rid, &col);
+        self.namespaces
+            .entry(col.namespace.clone())
+            .or_default()
+            .add(rid, &col);
         if let Some(k) = col.vkey {
             self.by_vkey.insert(k, rid);
         }

@@ -68,8 +68,14 @@ struct Effects {
     rows: Vec<(u64, Option<Col>)>,
     vec_remove: Vec<(String, u64)>,
     vec_add: Vec<(String, u64, Vec<f32>)>,
-    /// (rid, (namespace, text, version) or None = delete, seq)
-    docs: Vec<(u64, Option<(String, String, u64)>, u64)>,
+    docs: Vec<DocChange>,
+}
+
+/// A keyword document change: the row, its new document (None = delete) and the sequence.
+struct DocChange {
+    rid: u64,
+    doc: Option<Doc>,
+    seq: u64,
 }
 
 /// How a write changes a row's vector.
@@ -145,12 +151,13 @@ struct Tx<'a> {
 }
 
 fn take_lock(dir: &Path) -> Result<File> {
-    use std::os::unix::io::AsRawFd;
-    let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))?;
     // flock (not fcntl): a second open in the same process conflicts too; dies with the process.
-    // SAFETY: flock on a valid, owned file descriptor.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    if file.try_lock().is_err() {
         return Err(Error::Locked(format!(
             "store directory {} is in use by another open Store (this process or another); \
              close that Store first, or route work through the process that owns it",
@@ -164,7 +171,9 @@ fn metadata_hashes(metadata: &str) -> Result<Vec<u64>> {
     let v: serde_json::Value = serde_json::from_str(metadata)
         .map_err(|e| Error::invalid(format!("metadata is not valid JSON: {e}")))?;
     let serde_json::Value::Object(map) = v else {
-        return Err(Error::invalid("metadata must be a JSON object (a dict with str keys)"));
+        return Err(Error::invalid(
+            "metadata must be a JSON object (a dict with str keys)",
+        ));
     };
     Ok(map
         .iter()
@@ -187,8 +196,14 @@ fn doc_text(p: &Payload) -> String {
 impl Tx<'_> {
     /// The row `id` in `ns`, as of this transaction.
     fn load(&self, ns: &str, id: &str) -> Result<(u64, Col)> {
-        let rid = self.batch.rid(id)?.ok_or_else(|| Error::not_found(ns, id))?;
-        let col = self.batch.col(rid)?.ok_or_else(|| Error::Corruption(format!("row {rid} has no column record")))?;
+        let rid = self
+            .batch
+            .rid(id)?
+            .ok_or_else(|| Error::not_found(ns, id))?;
+        let col = self
+            .batch
+            .col(rid)?
+            .ok_or_else(|| Error::Corruption(format!("row {rid} has no column record")))?;
         if col.namespace != ns {
             return Err(Error::not_found(ns, id));
         }
@@ -202,11 +217,22 @@ impl Tx<'_> {
 
     /// Writes row `rid`. `old` is its previous record (None = insert). `payload` is given
     /// when text or payload fields changed.
-    fn write(&mut self, rid: u64, old: Option<&Col>, mut col: Col, payload: Option<Payload>, vector: VecChange) -> Result<()> {
+    fn write(
+        &mut self,
+        rid: u64,
+        old: Option<&Col>,
+        mut col: Col,
+        payload: Option<&Payload>,
+        vector: VecChange,
+    ) -> Result<()> {
         let seq = self.next_seq();
         let moved = old.is_some_and(|o| o.namespace != col.namespace);
         let text_changed = payload.is_some() || moved || old.is_none();
-        col.version = if text_changed { seq } else { old.map_or(seq, |o| o.version) };
+        col.version = if text_changed {
+            seq
+        } else {
+            old.map_or(seq, |o| o.version)
+        };
         let old_vkey = old.and_then(|o| o.vkey);
         let unchanged = matches!(vector, VecChange::Keep) && !moved;
         let new_vector = match vector {
@@ -229,21 +255,36 @@ impl Tx<'_> {
             }
             old_vkey
         };
-        let doc_payload = match (&payload, text_changed) {
-            (Some(p), _) => Some(p.clone()),
-            (None, true) => Some(self.batch.payload(rid)?),
+        let text = match (payload, text_changed) {
+            (Some(p), _) => Some(doc_text(p)),
+            (None, true) => Some(doc_text(&self.batch.payload(rid)?)),
             (None, false) => None,
         };
-        self.batch.put(rid, &col, payload.as_ref())?;
-        self.batch.log(seq, Change { rid, removed_vkey: removed })?;
+        self.batch.put(rid, &col, payload)?;
+        self.batch.log(
+            seq,
+            Change {
+                rid,
+                removed_vkey: removed,
+            },
+        )?;
         if let (Some(o), Some(k)) = (old, removed) {
             self.effects.vec_remove.push((o.namespace.clone(), k));
         }
         if let (Some(v), Some(k)) = (new_vector, col.vkey) {
             self.effects.vec_add.push((col.namespace.clone(), k, v));
         }
-        if let Some(p) = doc_payload {
-            self.effects.docs.push((rid, Some((col.namespace.clone(), doc_text(&p), col.version)), seq));
+        if let Some(text) = text {
+            let doc = Doc {
+                namespace: col.namespace.clone(),
+                text,
+                version: col.version,
+            };
+            self.effects.docs.push(DocChange {
+                rid,
+                doc: Some(doc),
+                seq,
+            });
         }
         self.effects.rows.push((rid, Some(col)));
         Ok(())
@@ -253,18 +294,33 @@ impl Tx<'_> {
     fn delete(&mut self, rid: u64, col: &Col) -> Result<()> {
         let seq = self.next_seq();
         self.batch.remove(rid, &col.id)?;
-        self.batch.log(seq, Change { rid, removed_vkey: col.vkey })?;
+        self.batch.log(
+            seq,
+            Change {
+                rid,
+                removed_vkey: col.vkey,
+            },
+        )?;
         if let Some(k) = col.vkey {
             self.effects.vec_remove.push((col.namespace.clone(), k));
         }
-        self.effects.docs.push((rid, None, seq));
+        self.effects.docs.push(DocChange {
+            rid,
+            doc: None,
+            seq,
+        });
         self.effects.rows.push((rid, None));
         Ok(())
     }
 
     /// Rids of `ns` as of this transaction: committed rows plus those this group wrote.
     fn rids_of(&self, ns: &str) -> Vec<u64> {
-        let mut set: HashSet<u64> = self.cols.namespaces.get(ns).map(|n| n.ids.values().copied().collect()).unwrap_or_default();
+        let mut set: HashSet<u64> = self
+            .cols
+            .namespaces
+            .get(ns)
+            .map(|n| n.ids.values().copied().collect())
+            .unwrap_or_default();
         for (rid, col) in &self.effects.rows {
             match col {
                 Some(c) if c.namespace == ns => set.insert(*rid),
@@ -319,7 +375,9 @@ fn validate_vector(v: &[f32], dims: usize) -> Result<()> {
         )));
     }
     if v.iter().any(|x| !x.is_finite()) {
-        return Err(Error::invalid("vector contains NaN or infinity (embed again; only finite values can be stored)"));
+        return Err(Error::invalid(
+            "vector contains NaN or infinity (embed again; only finite values can be stored)",
+        ));
     }
     Ok(())
 }
@@ -329,10 +387,14 @@ fn validate_memory(m: &Memory) -> Result<()> {
         return Err(Error::invalid("memory id must be a non-empty string"));
     }
     if m.namespace.is_empty() {
-        return Err(Error::invalid("memory namespace must be a non-empty string"));
+        return Err(Error::invalid(
+            "memory namespace must be a non-empty string",
+        ));
     }
     if !m.importance.is_finite() || m.confidence.is_some_and(|c| !c.is_finite()) {
-        return Err(Error::invalid("importance and confidence must be finite numbers"));
+        return Err(Error::invalid(
+            "importance and confidence must be finite numbers",
+        ));
     }
     Ok(())
 }
@@ -355,7 +417,8 @@ fn apply(state: &mut State, effects: Effects, seq: u64) {
             log::error!("{e}");
         }
     }
-    let mut adds: std::collections::BTreeMap<String, Vec<(u64, Vec<f32>)>> = std::collections::BTreeMap::new();
+    let mut adds: std::collections::BTreeMap<String, Vec<(u64, Vec<f32>)>> =
+        std::collections::BTreeMap::new();
     for (ns, k, v) in effects.vec_add {
         if !removed.contains(&k) {
             adds.entry(ns).or_default().push((k, v));
@@ -368,9 +431,8 @@ fn apply(state: &mut State, effects: Effects, seq: u64) {
     }
     // a bulk group goes straight into tantivy with one commit; small ones through the delta
     let bulk = effects.docs.len() >= FOLD_DOCS;
-    for (rid, doc, s) in effects.docs {
-        let d = doc.as_ref().map(|(ns, text, version)| Doc { namespace: ns, text: text.clone(), version: *version });
-        if let Err(e) = state.keyword.put(rid, d, s, !bulk) {
+    for change in effects.docs {
+        if let Err(e) = state.keyword.put(change.rid, change.doc, change.seq, !bulk) {
             log::error!("{e}");
         }
     }
@@ -401,7 +463,8 @@ impl Engine {
         let stored_metric: Option<String> = snap.meta("metric")?;
         let (dims, metric) = match (stored_dims, stored_metric) {
             (Some(d), Some(m)) => {
-                let d = usize::try_from(d).map_err(|_| Error::Corruption("stored dims out of range".into()))?;
+                let d = usize::try_from(d)
+                    .map_err(|_| Error::Corruption("stored dims out of range".into()))?;
                 let m = Metric::parse(&m)?;
                 if options.dims.is_some_and(|x| x != d) || options.metric.is_some_and(|x| x != m) {
                     return Err(Error::DimensionMismatch(format!(
@@ -416,7 +479,9 @@ impl Engine {
             }
             _ => {
                 let d = options.dims.ok_or_else(|| {
-                    Error::invalid("dims is required to create a new store (e.g. Store.open(path, dims=384))")
+                    Error::invalid(
+                        "dims is required to create a new store (e.g. Store.open(path, dims=384))",
+                    )
                 })?;
                 let m = options.metric.unwrap_or(Metric::L2);
                 let b = rows.begin()?;
@@ -429,11 +494,20 @@ impl Engine {
         let snap = rows.snapshot()?;
         let counters: Counters = snap.meta("counters")?.unwrap_or_default();
         let cols = Columns::load(snap.cols()?);
-        log::info!("loaded {} rows in {} namespaces", cols.rows.len(), cols.namespaces.len());
+        log::info!(
+            "loaded {} rows in {} namespaces",
+            cols.rows.len(),
+            cols.namespaces.len()
+        );
         let vectors = open_vectors(dir, dims, metric, &snap, &cols, counters.seq)?;
         let keyword = open_keyword(dir, &snap, &cols, counters.seq)?;
         drop(snap);
-        let state = State { cols, vectors: vectors.0, keyword, vector_seq: vectors.1 };
+        let state = State {
+            cols,
+            vectors: vectors.0,
+            keyword,
+            vector_seq: vectors.1,
+        };
         Ok(Self {
             gate: RwLock::new(Some(Inner {
                 dir: dir.map(Path::to_path_buf),
@@ -574,7 +648,7 @@ impl Engine {
                         tx.counters.next_rid
                     }
                 };
-                tx.write(rid, old.as_ref().map(|(_, c)| c), col, Some(payload), vector)?;
+                tx.write(rid, old.as_ref().map(|(_, c)| c), col, Some(&payload), vector)?;
             }
             Ok(Out::Inserted(inserted))
         }))?;
@@ -593,8 +667,14 @@ impl Engine {
         if let Some(m) = &patch.metadata {
             metadata_hashes(m)?;
         }
-        if patch.importance.is_some_and(|x| !x.is_finite()) || patch.confidence.is_some_and(|c| c.is_some_and(|x| !x.is_finite())) {
-            return Err(Error::invalid("importance and confidence must be finite numbers"));
+        if patch.importance.is_some_and(|x| !x.is_finite())
+            || patch
+                .confidence
+                .is_some_and(|c| c.is_some_and(|x| !x.is_finite()))
+        {
+            return Err(Error::invalid(
+                "importance and confidence must be finite numbers",
+            ));
         }
         let (ns, id) = (ns.to_owned(), id.to_owned());
         let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
@@ -610,28 +690,62 @@ impl Engine {
                 m.content = c;
                 m.fingerprint = fp;
             }
-            if let Some(x) = patch.tier { m.tier = x; }
-            if let Some(x) = patch.level { m.level = x; }
-            if let Some(x) = patch.summary { m.summary = x; }
-            if let Some(x) = patch.metadata { m.metadata = x; }
-            if let Some(x) = patch.tags { m.tags = x; }
-            if let Some(x) = patch.importance { m.importance = x; }
+            if let Some(x) = patch.tier {
+                m.tier = x;
+            }
+            if let Some(x) = patch.level {
+                m.level = x;
+            }
+            if let Some(x) = patch.summary {
+                m.summary = x;
+            }
+            if let Some(x) = patch.metadata {
+                m.metadata = x;
+            }
+            if let Some(x) = patch.tags {
+                m.tags = x;
+            }
+            if let Some(x) = patch.importance {
+                m.importance = x;
+            }
             m.updated_at = patch.updated_at.unwrap_or_else(now_micros);
-            if let Some(x) = patch.last_accessed_at { m.last_accessed_at = x; }
-            if let Some(x) = patch.access_count { m.access_count = x; }
-            if let Some(x) = patch.expires_at { m.expires_at = x; }
-            if let Some(x) = patch.superseded_by { m.superseded_by = x; }
-            if let Some(x) = patch.valid_from { m.valid_from = x; }
-            if let Some(x) = patch.valid_to { m.valid_to = x; }
-            if let Some(x) = patch.confidence { m.confidence = x; }
-            if let Some(x) = patch.linked_memory_ids { m.linked_memory_ids = x; }
+            if let Some(x) = patch.last_accessed_at {
+                m.last_accessed_at = x;
+            }
+            if let Some(x) = patch.access_count {
+                m.access_count = x;
+            }
+            if let Some(x) = patch.expires_at {
+                m.expires_at = x;
+            }
+            if let Some(x) = patch.superseded_by {
+                m.superseded_by = x;
+            }
+            if let Some(x) = patch.valid_from {
+                m.valid_from = x;
+            }
+            if let Some(x) = patch.valid_to {
+                m.valid_to = x;
+            }
+            if let Some(x) = patch.confidence {
+                m.confidence = x;
+            }
+            if let Some(x) = patch.linked_memory_ids {
+                m.linked_memory_ids = x;
+            }
             let (col, payload) = build_row(&m)?;
             let vector = match patch.embedding {
                 None => VecChange::Keep,
                 Some(Some(v)) if !v.is_empty() => VecChange::Set(v),
                 Some(_) => VecChange::Remove,
             };
-            tx.write(rid, Some(&old), col, payload_changed.then_some(payload), vector)?;
+            tx.write(
+                rid,
+                Some(&old),
+                col,
+                payload_changed.then_some(&payload),
+                vector,
+            )?;
             Ok(Out::Row(Box::new(m)))
         }))?;
         match out {
@@ -641,7 +755,12 @@ impl Engine {
     }
 
     /// Applies `f` to the column record of one row (no payload change); `NotFound` if absent.
-    fn modify(&self, ns: &str, id: &str, f: impl FnOnce(&mut Col) -> Result<()> + Send + 'static) -> Result<()> {
+    fn modify(
+        &self,
+        ns: &str,
+        id: &str,
+        f: impl FnOnce(&mut Col) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
         let (ns, id) = (ns.to_owned(), id.to_owned());
         self.submit(Box::new(move |tx: &mut Tx<'_>| {
             let (rid, old) = tx.load(&ns, &id)?;
@@ -668,7 +787,7 @@ impl Engine {
         let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
             let (rid, col) = tx.load(&ns, &id)?;
             if let Some(c) = cutoff {
-                if !col.expires_at.is_some_and(|e| e <= c) {
+                if col.expires_at.is_none_or(|e| e > c) {
                     return Err(Error::NotFound(format!(
                         "memory not found: id {id:?} in namespace {ns:?} does not expire at or before the cutoff"
                     )));
@@ -731,7 +850,14 @@ impl Engine {
     }
 
     /// Marks a row contradicted (metadata keys, confidence, valid_to, updated_at).
-    pub fn mark_contradicted(&self, ns: &str, id: &str, by: &str, confidence: f64, now: Micros) -> Result<()> {
+    pub fn mark_contradicted(
+        &self,
+        ns: &str,
+        id: &str,
+        by: &str,
+        confidence: f64,
+        now: Micros,
+    ) -> Result<()> {
         if !confidence.is_finite() {
             return Err(Error::invalid("confidence must be a finite number"));
         }
@@ -740,9 +866,13 @@ impl Engine {
             let (rid, old) = tx.load(&ns, &id)?;
             let mut p = tx.batch.payload(rid)?;
             let mut meta: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_str(&p.metadata).map_err(|e| Error::Corruption(format!("stored metadata: {e}")))?;
+                serde_json::from_str(&p.metadata)
+                    .map_err(|e| Error::Corruption(format!("stored metadata: {e}")))?;
             meta.insert("contradicted_by".into(), serde_json::Value::String(by));
-            let prev = old.confidence.and_then(serde_json::Number::from_f64).map_or(serde_json::Value::Null, serde_json::Value::Number);
+            let prev = old
+                .confidence
+                .and_then(serde_json::Number::from_f64)
+                .map_or(serde_json::Value::Null, serde_json::Value::Number);
             meta.insert("contradicted_prev_confidence".into(), prev);
             p.metadata = serde_json::to_string(&meta).map_err(|e| Error::storage("metadata", e))?;
             let mut col = old.clone();
@@ -750,7 +880,7 @@ impl Engine {
             col.confidence = Some(confidence);
             col.valid_to.get_or_insert(now);
             col.updated_at = now;
-            tx.write(rid, Some(&old), col, Some(p), VecChange::Keep)?;
+            tx.write(rid, Some(&old), col, Some(&p), VecChange::Keep)?;
             Ok(Out::Unit)
         }))
         .map(|_| ())
@@ -758,11 +888,19 @@ impl Engine {
 
     /// access_count += 1 and last_accessed_at = `at` on the listed rows of `ns`; `new_expiry`
     /// replaces `expires_at` on rows that already expire. Missing ids are ignored.
-    pub fn reinforce(&self, ns: &str, ids: Vec<String>, at: Micros, new_expiry: Option<Micros>) -> Result<()> {
+    pub fn reinforce(
+        &self,
+        ns: &str,
+        ids: Vec<String>,
+        at: Micros,
+        new_expiry: Option<Micros>,
+    ) -> Result<()> {
         let ns = ns.to_owned();
         self.submit(Box::new(move |tx: &mut Tx<'_>| {
             for id in ids {
-                let Ok((rid, old)) = tx.load(&ns, &id) else { continue };
+                let Ok((rid, old)) = tx.load(&ns, &id) else {
+                    continue;
+                };
                 let mut col = old.clone();
                 col.access_count = col.access_count.saturating_add(1);
                 col.last_accessed_at = at;
@@ -800,7 +938,9 @@ impl Engine {
             let rids: Vec<u64> = cands.iter().map(|c| c.2).collect();
             let mut tiers = Vec::new();
             for rid in rids {
-                let Some(col) = tx.batch.col(rid)? else { continue };
+                let Some(col) = tx.batch.col(rid)? else {
+                    continue;
+                };
                 if col.expires_at.is_some_and(|e| e <= now) {
                     tx.delete(rid, &col)?;
                     tiers.push(col.tier);
@@ -820,7 +960,9 @@ impl Engine {
         let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
             let mut tiers = Vec::new();
             for rid in tx.rids_of(&ns) {
-                let Some(col) = tx.batch.col(rid)? else { continue };
+                let Some(col) = tx.batch.col(rid)? else {
+                    continue;
+                };
                 if col.namespace == ns {
                     tx.delete(rid, &col)?;
                     tiers.push(col.tier);
@@ -841,13 +983,17 @@ impl Engine {
             return Ok(0);
         }
         if to.is_empty() {
-            return Err(Error::invalid("target namespace must be a non-empty string"));
+            return Err(Error::invalid(
+                "target namespace must be a non-empty string",
+            ));
         }
         let (from, to) = (from.to_owned(), to.to_owned());
         let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
             let mut n = 0;
             for id in ids {
-                let Ok((rid, old)) = tx.load(&from, &id) else { continue };
+                let Ok((rid, old)) = tx.load(&from, &id) else {
+                    continue;
+                };
                 let mut col = old.clone();
                 col.namespace.clone_from(&to);
                 tx.write(rid, Some(&old), col, None, VecChange::Keep)?;
@@ -865,7 +1011,10 @@ impl Engine {
     pub fn embed_model(&self) -> Result<String> {
         let inner = self.inner()?;
         let rows = inner.rows.read();
-        Ok(rows.snapshot()?.meta::<String>("embed_model")?.unwrap_or_default())
+        Ok(rows
+            .snapshot()?
+            .meta::<String>("embed_model")?
+            .unwrap_or_default())
     }
 
     /// Sets the embedding model name.
@@ -892,7 +1041,10 @@ impl Engine {
     /// One row.
     pub fn get(&self, ns: &str, id: &str) -> Result<Memory> {
         self.read(|_, st, snap| {
-            let rid = st.cols.rid(ns, id).ok_or_else(|| Error::not_found(ns, id))?;
+            let rid = st
+                .cols
+                .rid(ns, id)
+                .ok_or_else(|| Error::not_found(ns, id))?;
             Ok(materialize(st, snap, &[rid])?.remove(0))
         })
     }
@@ -900,7 +1052,10 @@ impl Engine {
     /// A row's vector (None for keyword-only rows).
     pub fn get_embedding(&self, ns: &str, id: &str) -> Result<Option<Vec<f32>>> {
         self.read(|_, st, snap| {
-            let rid = st.cols.rid(ns, id).ok_or_else(|| Error::not_found(ns, id))?;
+            let rid = st
+                .cols
+                .rid(ns, id)
+                .ok_or_else(|| Error::not_found(ns, id))?;
             snap.vector(rid)
         })
     }
@@ -911,9 +1066,14 @@ impl Engine {
             if prefix.is_empty() || limit <= 0 {
                 return Ok(Vec::new());
             }
-            let Some(n) = st.cols.namespaces.get(ns) else { return Ok(Vec::new()) };
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Ok(Vec::new());
+            };
             Ok(n.ids
-                .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+                .range::<str, _>((
+                    std::ops::Bound::Included(prefix),
+                    std::ops::Bound::Unbounded,
+                ))
                 .take_while(|(id, _)| id.starts_with(prefix))
                 .take(usize::try_from(limit).unwrap_or(usize::MAX))
                 .map(|(id, _)| id.clone())
@@ -924,27 +1084,51 @@ impl Engine {
     /// Ids of `ns` whose `superseded_by == id`, ascending.
     pub fn predecessor_ids(&self, ns: &str, id: &str) -> Result<Vec<String>> {
         self.read(|_, st, _| {
-            let Some(n) = st.cols.namespaces.get(ns) else { return Ok(Vec::new()) };
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Ok(Vec::new());
+            };
             if n.superseded == 0 {
                 return Ok(Vec::new());
             }
             Ok(n.ids
                 .iter()
-                .filter(|(_, rid)| st.cols.rows.get(rid).is_some_and(|c| c.superseded_by.as_deref() == Some(id)))
+                .filter(|(_, rid)| {
+                    st.cols
+                        .rows
+                        .get(rid)
+                        .is_some_and(|c| c.superseded_by.as_deref() == Some(id))
+                })
                 .map(|(i, _)| i.clone())
                 .collect())
         })
     }
 
     /// The newest live row (by created_at) of `ns` and `tier` with this content fingerprint.
-    pub fn get_by_fingerprint(&self, ns: &str, tier: Tier, fingerprint: &str, now: Micros) -> Result<Memory> {
+    pub fn get_by_fingerprint(
+        &self,
+        ns: &str,
+        tier: Tier,
+        fingerprint: &str,
+        now: Micros,
+    ) -> Result<Memory> {
         self.read(|_, st, snap| {
-            let missing = || Error::NotFound(format!("memory not found: no live {} memory with that fingerprint in namespace {ns:?}", tier.as_str()));
+            let missing = || {
+                Error::NotFound(format!(
+                    "memory not found: no live {} memory with that fingerprint in namespace {ns:?}",
+                    tier.as_str()
+                ))
+            };
             if fingerprint.is_empty() {
                 return Err(missing());
             }
-            let Some(n) = st.cols.namespaces.get(ns) else { return Err(missing()) };
-            let spec = FilterSpec { now, tiers: vec![tier], ..FilterSpec::default() };
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Err(missing());
+            };
+            let spec = FilterSpec {
+                now,
+                tiers: vec![tier],
+                ..FilterSpec::default()
+            };
             let pred = Predicate::new(&spec, n);
             let h = fingerprint_hash(fingerprint);
             let mut cands: Vec<(Micros, &str, u64)> = n
@@ -952,7 +1136,11 @@ impl Engine {
                 .iter()
                 .filter_map(|(id, rid)| {
                     let c = st.cols.rows.get(rid)?;
-                    (c.fingerprint_hash == h && pred.matches(*rid, c)).then_some((c.created_at, id.as_str(), *rid))
+                    (c.fingerprint_hash == h && pred.matches(*rid, c)).then_some((
+                        c.created_at,
+                        id.as_str(),
+                        *rid,
+                    ))
                 })
                 .collect();
             cands.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
@@ -973,7 +1161,11 @@ impl Engine {
                 .cols
                 .rows
                 .iter()
-                .filter_map(|(rid, c)| c.expires_at.filter(|e| *e <= now).map(|e| (e, c.id.as_str(), *rid)))
+                .filter_map(|(rid, c)| {
+                    c.expires_at
+                        .filter(|e| *e <= now)
+                        .map(|e| (e, c.id.as_str(), *rid))
+                })
                 .collect();
             cands.sort_unstable();
             if limit > 0 {
@@ -985,9 +1177,17 @@ impl Engine {
     }
 
     /// Rows of `ns` passing the filter, ordered by its sort key (ties by id ascending).
-    pub fn list(&self, ns: &str, spec: &FilterSpec, limit: i64, offset: i64) -> Result<Vec<Memory>> {
+    pub fn list(
+        &self,
+        ns: &str,
+        spec: &FilterSpec,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<Memory>> {
         self.read(|_, st, snap| {
-            let Some(n) = st.cols.namespaces.get(ns) else { return Ok(Vec::new()) };
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Ok(Vec::new());
+            };
             let pred = Predicate::new(spec, n);
             let rids = matching(st, n, &pred);
             let key = spec.sort_key.unwrap_or(SortKey::CreatedAt);
@@ -1011,7 +1211,11 @@ impl Engine {
                 (if asc { primary } else { primary.reverse() }).then_with(|| a.2.cmp(b.2))
             };
             let skip = usize::try_from(offset.max(0)).unwrap_or(usize::MAX);
-            let take = if limit > 0 { usize::try_from(limit).unwrap_or(usize::MAX) } else { usize::MAX };
+            let take = if limit > 0 {
+                usize::try_from(limit).unwrap_or(usize::MAX)
+            } else {
+                usize::MAX
+            };
             let end = skip.saturating_add(take).min(items.len());
             if skip >= items.len() {
                 return Ok(Vec::new());
@@ -1029,7 +1233,9 @@ impl Engine {
     /// Number of rows of `ns` passing the filter.
     pub fn count(&self, ns: &str, spec: &FilterSpec) -> Result<usize> {
         self.read(|_, st, _| {
-            let Some(n) = st.cols.namespaces.get(ns) else { return Ok(0) };
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Ok(0);
+            };
             let pred = Predicate::new(spec, n);
             if pred.is_trivial() {
                 return Ok(n.ids.len());
@@ -1046,7 +1252,10 @@ impl Engine {
     /// Per namespace with >= 1 live row: (namespace, live rows, newest live created_at).
     pub fn namespace_activity(&self, now: Micros) -> Result<Vec<(String, usize, Micros)>> {
         self.read(|_, st, _| {
-            let spec = FilterSpec { now, ..FilterSpec::default() };
+            let spec = FilterSpec {
+                now,
+                ..FilterSpec::default()
+            };
             Ok(st
                 .cols
                 .namespaces
@@ -1057,7 +1266,9 @@ impl Engine {
                         .ids
                         .values()
                         .filter_map(|rid| st.cols.rows.get(rid).filter(|c| pred.matches(*rid, c)))
-                        .fold((0usize, Micros::MIN), |(k, t), c| (k + 1, t.max(c.created_at)));
+                        .fold((0usize, Micros::MIN), |(k, t), c| {
+                            (k + 1, t.max(c.created_at))
+                        });
                     (count > 0).then(|| (name.clone(), count, newest))
                 })
                 .collect())
@@ -1067,7 +1278,10 @@ impl Engine {
     /// Live rows per tier across namespaces.
     pub fn active_by_tier(&self, now: Micros) -> Result<Vec<(Tier, usize)>> {
         self.read(|_, st, _| {
-            let spec = FilterSpec { now, ..FilterSpec::default() };
+            let spec = FilterSpec {
+                now,
+                ..FilterSpec::default()
+            };
             let mut counts = [0usize; 4];
             for n in st.cols.namespaces.values() {
                 let pred = Predicate::new(&spec, n);
@@ -1077,7 +1291,10 @@ impl Engine {
                     }
                 }
             }
-            Ok(Tier::ALL.iter().map(|t| (*t, counts[*t as usize])).collect())
+            Ok(Tier::ALL
+                .iter()
+                .map(|t| (*t, counts[*t as usize]))
+                .collect())
         })
     }
 
@@ -1110,12 +1327,24 @@ impl Engine {
     }
 
     /// Vector search: best `k` rows of `ns` passing the filter.
-    pub fn vector_search(&self, ns: &str, query: &[f32], spec: &FilterSpec, k: usize) -> Result<Vec<Scored>> {
+    pub fn vector_search(
+        &self,
+        ns: &str,
+        query: &[f32],
+        spec: &FilterSpec,
+        k: usize,
+    ) -> Result<Vec<Scored>> {
         Ok(self.vector_search_many(ns, &[query], spec, k)?.remove(0))
     }
 
     /// Vector search of several queries, spread over threads.
-    pub fn vector_search_many(&self, ns: &str, queries: &[&[f32]], spec: &FilterSpec, k: usize) -> Result<Vec<Vec<Scored>>> {
+    pub fn vector_search_many(
+        &self,
+        ns: &str,
+        queries: &[&[f32]],
+        spec: &FilterSpec,
+        k: usize,
+    ) -> Result<Vec<Vec<Scored>>> {
         if k < 1 {
             return Err(Error::invalid("k must be >= 1"));
         }
@@ -1123,13 +1352,25 @@ impl Engine {
             for q in queries {
                 validate_vector(q, inner.dims)?;
             }
-            let Some(n) = st.cols.namespaces.get(ns) else { return Ok(vec![Vec::new(); queries.len()]) };
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Ok(vec![Vec::new(); queries.len()]);
+            };
             let pred = Predicate::new(spec, n);
             let keys_of = |rids: &mut dyn Iterator<Item = u64>| -> Vec<u64> {
-                rids.filter_map(|rid| st.cols.rows.get(&rid).filter(|c| pred.matches(rid, c)).and_then(|c| c.vkey)).collect()
+                rids.filter_map(|rid| {
+                    st.cols
+                        .rows
+                        .get(&rid)
+                        .filter(|c| pred.matches(rid, c))
+                        .and_then(|c| c.vkey)
+                })
+                .collect()
             };
             let pred_fn = |vkey: u64| -> bool {
-                st.cols.by_vkey.get(&vkey).is_some_and(|rid| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)))
+                st.cols
+                    .by_vkey
+                    .get(&vkey)
+                    .is_some_and(|rid| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)))
             };
             let all_keys = || keys_of(&mut n.ids.values().copied());
             let plan = if pred.is_trivial() {
@@ -1139,13 +1380,23 @@ impl Engine {
             } else if n.vectors <= EXACT_MAX {
                 Plan::Keys(all_keys())
             } else {
-                Plan::Predicate { pred: &pred_fn, all_keys: &all_keys }
+                Plan::Predicate {
+                    pred: &pred_fn,
+                    all_keys: &all_keys,
+                }
             };
             let run = |q: &&[f32]| -> Result<Vec<Scored>> {
                 let hits = st.vectors.search(ns, q, k, &plan)?;
-                let rids: Vec<u64> = hits.iter().filter_map(|(vk, _)| st.cols.by_vkey.get(vk).copied()).collect();
+                let rids: Vec<u64> = hits
+                    .iter()
+                    .filter_map(|(vk, _)| st.cols.by_vkey.get(vk).copied())
+                    .collect();
                 let mems = materialize(st, snap, &rids)?;
-                Ok(mems.into_iter().zip(hits).map(|(memory, (_, score))| Scored { memory, score }).collect())
+                Ok(mems
+                    .into_iter()
+                    .zip(hits)
+                    .map(|(memory, (_, score))| Scored { memory, score })
+                    .collect())
             };
             if queries.len() > 1 {
                 queries.par_iter().map(run).collect()
@@ -1156,20 +1407,35 @@ impl Engine {
     }
 
     /// Keyword (BM25) search: best `k` rows of `ns` passing the filter.
-    pub fn keyword_search(&self, ns: &str, query: &str, spec: &FilterSpec, k: usize) -> Result<Vec<Scored>> {
+    pub fn keyword_search(
+        &self,
+        ns: &str,
+        query: &str,
+        spec: &FilterSpec,
+        k: usize,
+    ) -> Result<Vec<Scored>> {
         if k < 1 {
             return Err(Error::invalid("k must be >= 1"));
         }
         self.read(|_, st, snap| {
-            let Some(n) = st.cols.namespaces.get(ns) else { return Ok(Vec::new()) };
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Ok(Vec::new());
+            };
             let pred = Predicate::new(spec, n);
             let accept = |rid: u64, ver: u64| {
-                st.cols.rows.get(&rid).is_some_and(|c| c.version == ver && c.namespace == ns && pred.matches(rid, c))
+                st.cols
+                    .rows
+                    .get(&rid)
+                    .is_some_and(|c| c.version == ver && c.namespace == ns && pred.matches(rid, c))
             };
             let hits = st.keyword.search(ns, query, k, &accept)?;
             let rids: Vec<u64> = hits.iter().map(|h| h.0).collect();
             let mems = materialize(st, snap, &rids)?;
-            Ok(mems.into_iter().zip(hits).map(|(memory, (_, score))| Scored { memory, score }).collect())
+            Ok(mems
+                .into_iter()
+                .zip(hits)
+                .map(|(memory, (_, score))| Scored { memory, score })
+                .collect())
         })
     }
 
@@ -1177,7 +1443,10 @@ impl Engine {
     pub fn backup(&self, dest: &Path) -> Result<()> {
         let inner = self.inner()?;
         if dest.exists() {
-            return Err(Error::invalid(format!("backup target {} already exists (choose a new directory)", dest.display())));
+            return Err(Error::invalid(format!(
+                "backup target {} already exists (choose a new directory)",
+                dest.display()
+            )));
         }
         fs::create_dir_all(dest)?;
         let rows = inner.rows.read();
@@ -1196,7 +1465,17 @@ impl Engine {
             let mut st = inner.state.write();
             for ns in st.vectors.worn_graphs() {
                 log::info!("compacting vector graph of namespace {ns:?}");
-                let keys: Vec<u64> = st.cols.namespaces.get(&ns).map(|n| n.ids.values().filter_map(|r| st.cols.rows.get(r).and_then(|c| c.vkey)).collect()).unwrap_or_default();
+                let keys: Vec<u64> = st
+                    .cols
+                    .namespaces
+                    .get(&ns)
+                    .map(|n| {
+                        n.ids
+                            .values()
+                            .filter_map(|r| st.cols.rows.get(r).and_then(|c| c.vkey))
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 st.vectors.rebuild(&ns, &keys)?;
             }
             st.keyword.compact()?;
@@ -1258,7 +1537,11 @@ fn materialize(st: &State, snap: &Snapshot, rids: &[u64]) -> Result<Vec<Memory>>
     rids.iter()
         .zip(payloads)
         .map(|(rid, p)| {
-            let c = st.cols.rows.get(rid).ok_or_else(|| Error::Corruption(format!("row {rid} missing from columns")))?;
+            let c = st
+                .cols
+                .rows
+                .get(rid)
+                .ok_or_else(|| Error::Corruption(format!("row {rid} missing from columns")))?;
             Ok(to_memory(c, p))
         })
         .collect()
@@ -1290,7 +1573,12 @@ impl Inner {
                     results.push((Err(Error::Storage(String::new())), slot));
                     continue;
                 }
-                let mut tx = Tx { batch: &batch, counters: &mut counters, effects: &mut effects, cols: &st.cols };
+                let mut tx = Tx {
+                    batch: &batch,
+                    counters: &mut counters,
+                    effects: &mut effects,
+                    cols: &st.cols,
+                };
                 let r = op(&mut tx);
                 if let Err(Error::Storage(m) | Error::Corruption(m)) = &r {
                     failed = Some(m.clone());
@@ -1325,8 +1613,15 @@ impl Inner {
                 let msg = e.to_string();
                 for (r, slot) in results {
                     slot.put(match r {
-                        Err(err @ (Error::NotFound(_) | Error::Conflict(_) | Error::InvalidArgument(_) | Error::DimensionMismatch(_))) => Err(err),
-                        _ => Err(Error::Storage(format!("write failed, nothing from it was stored: {msg}"))),
+                        Err(
+                            err @ (Error::NotFound(_)
+                            | Error::Conflict(_)
+                            | Error::InvalidArgument(_)
+                            | Error::DimensionMismatch(_)),
+                        ) => Err(err),
+                        _ => Err(Error::Storage(format!(
+                            "write failed, nothing from it was stored: {msg}"
+                        ))),
                     });
                 }
             }
@@ -1361,7 +1656,14 @@ impl Inner {
 }
 
 /// Opens the vector index: loads the last checkpoint and replays newer changes, or rebuilds.
-fn open_vectors(dir: Option<&Path>, dims: usize, metric: Metric, snap: &Snapshot, cols: &Columns, seq: u64) -> Result<(VectorIndex, u64)> {
+fn open_vectors(
+    dir: Option<&Path>,
+    dims: usize,
+    metric: Metric,
+    snap: &Snapshot,
+    cols: &Columns,
+    seq: u64,
+) -> Result<(VectorIndex, u64)> {
     let mut vi = VectorIndex::new(dims, metric);
     let loaded = dir.and_then(|d| vi.load(&d.join("vectors")));
     if let Some(from) = loaded {
@@ -1388,11 +1690,15 @@ fn open_vectors(dir: Option<&Path>, dims: usize, metric: Metric, snap: &Snapshot
         log::info!("vector index: building from rows");
     }
     // add every vector the partitions lack (flat partitions always come from here)
-    let mut missing: std::collections::BTreeMap<&str, Vec<(u64, u64)>> = std::collections::BTreeMap::new();
+    let mut missing: std::collections::BTreeMap<&str, Vec<(u64, u64)>> =
+        std::collections::BTreeMap::new();
     for (rid, c) in &cols.rows {
         if let Some(k) = c.vkey {
             if !vi.contains(&c.namespace, k) {
-                missing.entry(c.namespace.as_str()).or_default().push((k, *rid));
+                missing
+                    .entry(c.namespace.as_str())
+                    .or_default()
+                    .push((k, *rid));
             }
         }
     }
@@ -1409,10 +1715,19 @@ fn open_vectors(dir: Option<&Path>, dims: usize, metric: Metric, snap: &Snapshot
 }
 
 /// Opens the keyword index and brings it up to date with the rows.
-fn open_keyword(dir: Option<&Path>, snap: &Snapshot, cols: &Columns, seq: u64) -> Result<KeywordIndex> {
+fn open_keyword(
+    dir: Option<&Path>,
+    snap: &Snapshot,
+    cols: &Columns,
+    seq: u64,
+) -> Result<KeywordIndex> {
     let (kw, fresh) = KeywordIndex::open(dir.map(|d| d.join("keyword")).as_deref())?;
     let from = kw.committed_seq();
-    let changes = if fresh { Vec::new() } else { snap.changes_after(from)? };
+    let changes = if fresh {
+        Vec::new()
+    } else {
+        snap.changes_after(from)?
+    };
     let complete = !fresh && (from == seq || changes.first().is_some_and(|(s, _)| *s == from + 1));
     let touched: Vec<u64> = if complete {
         let mut t: Vec<u64> = changes.iter().map(|(_, c)| c.rid).collect();
@@ -1429,14 +1744,29 @@ fn open_keyword(dir: Option<&Path>, snap: &Snapshot, cols: &Columns, seq: u64) -
     };
     if !touched.is_empty() {
         for chunk in touched.chunks(4096) {
-            let present: Vec<u64> = chunk.iter().copied().filter(|r| cols.rows.contains_key(r)).collect();
+            let present: Vec<u64> = chunk
+                .iter()
+                .copied()
+                .filter(|r| cols.rows.contains_key(r))
+                .collect();
             let payloads = snap.payloads(&present)?;
             let mut it = present.iter().zip(payloads);
             for rid in chunk {
                 match cols.rows.get(rid) {
                     Some(c) => {
-                        let (_, p) = it.next().ok_or_else(|| Error::Corruption("payload count".into()))?;
-                        kw.put(*rid, Some(Doc { namespace: &c.namespace, text: doc_text(&p), version: c.version }), seq, false)?;
+                        let (_, p) = it
+                            .next()
+                            .ok_or_else(|| Error::Corruption("payload count".into()))?;
+                        kw.put(
+                            *rid,
+                            Some(Doc {
+                                namespace: c.namespace.clone(),
+                                text: doc_text(&p),
+                                version: c.version,
+                            }),
+                            seq,
+                            false,
+                        )?;
                     }
                     None => kw.put(*rid, None, seq, false)?,
                 }

@@ -43,8 +43,11 @@ impl Error {
     }
 
     /// The standard "memory not found" error.
+    #[must_use]
     pub fn not_found(namespace: &str, id: &str) -> Self {
-        Self::NotFound(format!("memory not found: id {id:?} in namespace {namespace:?}"))
+        Self::NotFound(format!(
+            "memory not found: id {id:?} in namespace {namespace:?}"
+        ))
     }
 
     /// Wraps a storage-layer failure with what was being done.

@@ -49,16 +49,27 @@ impl<'a> Predicate<'a> {
         let tiers = spec.tiers.iter().fold(0u8, |m, t| m | (1 << (*t as u8)));
         let levels = spec.levels.iter().fold(0u8, |m, l| m | level_bit(*l));
         let reference = spec.as_of.unwrap_or(spec.now);
-        let exclude_rids: HashSet<u64> =
-            spec.exclude_ids.iter().filter_map(|id| ns.ids.get(id).copied()).collect();
+        let exclude_rids: HashSet<u64> = spec
+            .exclude_ids
+            .iter()
+            .filter_map(|id| ns.ids.get(id).copied())
+            .collect();
         let mut p = Self {
             ns,
             tiers,
             levels,
             tags: spec.tags.iter().map(|t| tag_hash(t)).collect(),
             meta: spec.metadata.iter().map(|(k, v)| pair_hash(k, v)).collect(),
-            exclude_meta: spec.exclude_metadata.iter().map(|(k, v)| pair_hash(k, v)).collect(),
-            memory_types: spec.memory_types.iter().map(|t| pair_hash(MEMORY_TYPE, t)).collect(),
+            exclude_meta: spec
+                .exclude_metadata
+                .iter()
+                .map(|(k, v)| pair_hash(k, v))
+                .collect(),
+            memory_types: spec
+                .memory_types
+                .iter()
+                .map(|t| pair_hash(MEMORY_TYPE, t))
+                .collect(),
             exclude_rids,
             reference,
             as_of: spec.as_of,
@@ -146,10 +157,22 @@ impl<'a> Predicate<'a> {
             }
         };
         for h in &self.tags {
-            consider(self.ns.tags.get(h).map(|s| s.iter().copied().collect()).unwrap_or_default());
+            consider(
+                self.ns
+                    .tags
+                    .get(h)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default(),
+            );
         }
         for h in &self.meta {
-            consider(self.ns.meta.get(h).map(|s| s.iter().copied().collect()).unwrap_or_default());
+            consider(
+                self.ns
+                    .meta
+                    .get(h)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default(),
+            );
         }
         if !self.memory_types.is_empty() {
             let mut union: Vec<u64> = self
@@ -170,10 +193,20 @@ impl<'a> Predicate<'a> {
     pub fn upper_bound(&self) -> usize {
         let mut n = self.ns.ids.len();
         for h in &self.tags {
-            n = n.min(self.ns.tags.get(h).map_or(0, std::collections::BTreeSet::len));
+            n = n.min(
+                self.ns
+                    .tags
+                    .get(h)
+                    .map_or(0, std::collections::BTreeSet::len),
+            );
         }
         for h in &self.meta {
-            n = n.min(self.ns.meta.get(h).map_or(0, std::collections::BTreeSet::len));
+            n = n.min(
+                self.ns
+                    .meta
+                    .get(h)
+                    .map_or(0, std::collections::BTreeSet::len),
+            );
         }
         n
     }

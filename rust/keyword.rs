@@ -39,7 +39,9 @@ use tantivy::schema::{
 use tantivy::tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, SimpleTokenizer, Stemmer, TextAnalyzer,
 };
-use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
+use tantivy::{
+    doc, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term,
+};
 
 use crate::error::{Error, Result};
 
@@ -48,7 +50,7 @@ const WRITER_MEMORY: usize = 64 << 20;
 /// Fold the delta into tantivy when it holds this many documents...
 pub const FOLD_DOCS: usize = 4096;
 /// ...or when its oldest change is this old.
-const FOLD_AGE: Duration = Duration::from_millis(1000);
+const FOLD_AGE: Duration = Duration::from_secs(1);
 
 fn kw_err(context: &str, e: impl std::fmt::Display) -> Error {
     Error::storage(&format!("keyword index: {context}"), e)
@@ -72,7 +74,7 @@ struct Fields {
 }
 
 struct Writer {
-    writer: IndexWriter<TantivyDocument>,
+    inner: IndexWriter<TantivyDocument>,
     /// Buffered changes not yet committed.
     dirty: bool,
     /// Changelog sequence of the newest buffered change.
@@ -82,9 +84,9 @@ struct Writer {
 }
 
 /// A document to index: the row's namespace, text and version.
-pub struct Doc<'a> {
+pub struct Doc {
     /// Namespace.
-    pub namespace: &'a str,
+    pub namespace: String,
     /// Content, summary and tags, joined.
     pub text: String,
     /// The row's doc version.
@@ -125,7 +127,7 @@ impl Delta {
         }
     }
 
-    fn insert(&mut self, rid: u64, doc: &Doc<'_>, seq: u64) {
+    fn insert(&mut self, rid: u64, doc: &Doc, seq: u64) {
         self.remove(rid);
         let mut analyzer = analyzer();
         let mut stream = analyzer.token_stream(&doc.text);
@@ -141,7 +143,13 @@ impl Delta {
         self.tokens += u64::from(tokens);
         self.docs.insert(
             rid,
-            DeltaDoc { ns: doc.namespace.to_owned(), version: doc.version, seq, tokens, terms: freqs.into_keys().collect() },
+            DeltaDoc {
+                ns: doc.namespace.clone(),
+                version: doc.version,
+                seq,
+                tokens,
+                terms: freqs.into_keys().collect(),
+            },
         );
         self.oldest.get_or_insert_with(Instant::now);
     }
@@ -161,7 +169,11 @@ impl Bm25StatisticsProvider for Combined<'_> {
         Ok(Bm25StatisticsProvider::total_num_docs(self.searcher)? + self.delta.docs.len() as u64)
     }
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        let extra = term.value().as_str().and_then(|t| self.delta.postings.get(t)).map_or(0, HashMap::len);
+        let extra = term
+            .value()
+            .as_str()
+            .and_then(|t| self.delta.postings.get(t))
+            .map_or(0, HashMap::len);
         Ok(self.searcher.doc_freq(term)? + extra as u64)
     }
 }
@@ -214,7 +226,7 @@ impl Shared {
                 return Ok(());
             }
             let seq = w.seq;
-            let mut prepared = w.writer.prepare_commit().map_err(|e| kw_err("commit", e))?;
+            let mut prepared = w.inner.prepare_commit().map_err(|e| kw_err("commit", e))?;
             prepared.set_payload(&seq.to_string());
             prepared.commit().map_err(|e| kw_err("commit", e))?;
             w.dirty = false;
@@ -223,11 +235,20 @@ impl Shared {
         };
         let mut d = self.delta.write();
         self.reader.reload().map_err(|e| kw_err("reload", e))?;
-        let folded: Vec<u64> = d.docs.iter().filter(|(_, doc)| doc.seq <= seq).map(|(rid, _)| *rid).collect();
+        let folded: Vec<u64> = d
+            .docs
+            .iter()
+            .filter(|(_, doc)| doc.seq <= seq)
+            .map(|(rid, _)| *rid)
+            .collect();
         for rid in folded {
             d.remove(rid);
         }
-        d.oldest = if d.docs.is_empty() { None } else { Some(Instant::now()) };
+        d.oldest = if d.docs.is_empty() {
+            None
+        } else {
+            Some(Instant::now())
+        };
         Ok(())
     }
 
@@ -277,7 +298,9 @@ impl KeywordIndex {
                 std::fs::create_dir_all(d)?;
                 let opened = MmapDirectory::open(d)
                     .map_err(|e| kw_err("open", e))
-                    .and_then(|md| Index::open_or_create(md, schema.clone()).map_err(|e| kw_err("open", e)));
+                    .and_then(|md| {
+                        Index::open_or_create(md, schema.clone()).map_err(|e| kw_err("open", e))
+                    });
                 match opened {
                     Ok(i) => (i, false),
                     Err(e) => {
@@ -285,13 +308,21 @@ impl KeywordIndex {
                         std::fs::remove_dir_all(d)?;
                         std::fs::create_dir_all(d)?;
                         let md = MmapDirectory::open(d).map_err(|e| kw_err("open", e))?;
-                        (Index::open_or_create(md, schema).map_err(|e| kw_err("create", e))?, true)
+                        (
+                            Index::open_or_create(md, schema).map_err(|e| kw_err("create", e))?,
+                            true,
+                        )
                     }
                 }
             }
         };
         index.tokenizers().register(TOKENIZER, analyzer());
-        let committed = match index.load_metas().ok().and_then(|m| m.payload).map(|p| p.parse::<u64>()) {
+        let committed = match index
+            .load_metas()
+            .ok()
+            .and_then(|m| m.payload)
+            .map(|p| p.parse::<u64>())
+        {
             Some(Ok(seq)) => seq,
             _ => {
                 fresh = true;
@@ -302,7 +333,9 @@ impl KeywordIndex {
             .writer_with_num_threads(2, WRITER_MEMORY)
             .map_err(|e| kw_err("writer", e))?;
         if fresh {
-            writer.delete_all_documents().map_err(|e| kw_err("clear", e))?;
+            writer
+                .delete_all_documents()
+                .map_err(|e| kw_err("clear", e))?;
         }
         let reader = index
             .reader_builder()
@@ -312,7 +345,12 @@ impl KeywordIndex {
         let shared = Arc::new(Shared {
             fields,
             reader,
-            writer: Mutex::new(Writer { writer, dirty: fresh, seq: committed, committed }),
+            writer: Mutex::new(Writer {
+                inner: writer,
+                dirty: fresh,
+                seq: committed,
+                committed,
+            }),
             delta: RwLock::new(Delta::default()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -322,7 +360,14 @@ impl KeywordIndex {
             .name("memini-keyword-fold".into())
             .spawn(move || s.run_folder())
             .map_err(|e| kw_err("fold thread", e))?;
-        Ok((Self { index, shared, folder: Some(folder) }, fresh))
+        Ok((
+            Self {
+                index,
+                shared,
+                folder: Some(folder),
+            },
+            fresh,
+        ))
     }
 
     /// The changelog sequence the committed index reflects.
@@ -334,13 +379,14 @@ impl KeywordIndex {
     /// Replaces (doc = Some) or deletes (None) the document of row `rid`; `seq` is the
     /// changelog sequence of the change. With `searchable`, the change is visible to the
     /// next search at once (via the delta); bulk loads pass false and `commit` at the end.
-    pub fn put(&self, rid: u64, doc: Option<Doc<'_>>, seq: u64, searchable: bool) -> Result<()> {
+    pub fn put(&self, rid: u64, doc: Option<Doc>, seq: u64, searchable: bool) -> Result<()> {
         let mut w = self.shared.writer.lock();
-        w.writer.delete_term(Term::from_field_u64(self.shared.fields.rid, rid));
+        w.inner
+            .delete_term(Term::from_field_u64(self.shared.fields.rid, rid));
         if let Some(d) = &doc {
             let f = self.shared.fields;
-            w.writer
-                .add_document(doc!(f.rid => rid, f.ver => d.version, f.ns => d.namespace, f.text => d.text.clone()))
+            w.inner
+                .add_document(doc!(f.rid => rid, f.ver => d.version, f.ns => d.namespace.as_str(), f.text => d.text.as_str()))
                 .map_err(|e| kw_err("add", e))?;
         }
         w.dirty = true;
@@ -380,7 +426,10 @@ impl KeywordIndex {
             let t = stream.token();
             let word = query.get(t.offset_from..t.offset_to).unwrap_or("");
             if word.chars().count() >= 2 && seen.insert(t.text.clone()) {
-                terms.push((t.text.clone(), Term::from_field_text(self.shared.fields.text, &t.text)));
+                terms.push((
+                    t.text.clone(),
+                    Term::from_field_text(self.shared.fields.text, &t.text),
+                ));
             }
         }
         terms
@@ -403,32 +452,46 @@ impl KeywordIndex {
         let words: Vec<(Occur, Box<dyn Query>)> = terms
             .iter()
             .map(|(_, t)| {
-                let q: Box<dyn Query> = Box::new(TermQuery::new(t.clone(), IndexRecordOption::WithFreqs));
+                let q: Box<dyn Query> =
+                    Box::new(TermQuery::new(t.clone(), IndexRecordOption::WithFreqs));
                 (Occur::Should, q)
             })
             .collect();
         let ns_q: Box<dyn Query> = Box::new(ConstScoreQuery::new(
-            Box::new(TermQuery::new(Term::from_field_text(f.ns, namespace), IndexRecordOption::Basic)),
+            Box::new(TermQuery::new(
+                Term::from_field_text(f.ns, namespace),
+                IndexRecordOption::Basic,
+            )),
             0.0,
         ));
         let query = BooleanQuery::new(vec![
             (Occur::Must, ns_q),
-            (Occur::Must, Box::new(BooleanQuery::new(words)) as Box<dyn Query>),
+            (
+                Occur::Must,
+                Box::new(BooleanQuery::new(words)) as Box<dyn Query>,
+            ),
         ]);
         let delta = self.shared.delta.read();
         let searcher = self.shared.reader.searcher();
-        let stats = Combined { searcher: &searcher, delta: &delta };
+        let stats = Combined {
+            searcher: &searcher,
+            delta: &delta,
+        };
         let mut heap: BinaryHeap<Hit> = BinaryHeap::with_capacity(k + 1);
 
         // the delta: scored here with tantivy's BM25 weights over the combined statistics
         let mut delta_scores: HashMap<u64, f32> = HashMap::new();
         for (text, term) in &terms {
-            let Some(posting) = delta.postings.get(text) else { continue };
-            let weight = Bm25Weight::for_terms(&stats, std::slice::from_ref(term)).map_err(|e| kw_err("bm25", e))?;
+            let Some(posting) = delta.postings.get(text) else {
+                continue;
+            };
+            let weight = Bm25Weight::for_terms(&stats, std::slice::from_ref(term))
+                .map_err(|e| kw_err("bm25", e))?;
             for (rid, tf) in posting {
                 let d = &delta.docs[rid];
                 if d.ns == namespace {
-                    *delta_scores.entry(*rid).or_default() += weight.score(FieldNormReader::fieldnorm_to_id(d.tokens), *tf);
+                    *delta_scores.entry(*rid).or_default() +=
+                        weight.score(FieldNormReader::fieldnorm_to_id(d.tokens), *tf);
                 }
             }
         }
@@ -440,20 +503,27 @@ impl KeywordIndex {
 
         // committed segments: documents of rows in the delta are superseded by it
         let weight = query
-            .weight(EnableScoring::enabled_from_statistics_provider(&stats, &searcher))
+            .weight(EnableScoring::enabled_from_statistics_provider(
+                &stats, &searcher,
+            ))
             .map_err(|e| kw_err("query", e))?;
         for seg in searcher.segment_readers() {
             let ff = seg.fast_fields();
             let rids = ff.u64("rid").map_err(|e| kw_err("fast field", e))?;
             let vers = ff.u64("ver").map_err(|e| kw_err("fast field", e))?;
             let alive = seg.alive_bitset();
-            let start = heap.peek().filter(|_| heap.len() >= k).map_or(f32::MIN, |h| h.0);
+            let start = heap
+                .peek()
+                .filter(|_| heap.len() >= k)
+                .map_or(f32::MIN, |h| h.0);
             let mut threshold = start;
             let mut cb = |doc: u32, score: f32| -> f32 {
                 if alive.is_some_and(|a| !a.is_alive(doc)) {
                     return threshold;
                 }
-                let (Some(rid), Some(ver)) = (rids.first(doc), vers.first(doc)) else { return threshold };
+                let (Some(rid), Some(ver)) = (rids.first(doc), vers.first(doc)) else {
+                    return threshold;
+                };
                 if delta.docs.contains_key(&rid) || !accept(rid, ver) {
                     return threshold;
                 }
@@ -463,7 +533,9 @@ impl KeywordIndex {
                 }
                 threshold
             };
-            weight.for_each_pruning(start, seg, &mut cb).map_err(|e| kw_err("search", e))?;
+            weight
+                .for_each_pruning(start, seg, &mut cb)
+                .map_err(|e| kw_err("search", e))?;
         }
         let mut hits: Vec<(u64, f64)> = heap.into_iter().map(|h| (h.1, f64::from(h.0))).collect();
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -479,14 +551,20 @@ impl KeywordIndex {
     /// Merges segments and purges deleted documents.
     pub fn compact(&self) -> Result<()> {
         self.commit()?;
-        let ids = self.index.searchable_segment_ids().map_err(|e| kw_err("segments", e))?;
+        let ids = self
+            .index
+            .searchable_segment_ids()
+            .map_err(|e| kw_err("segments", e))?;
         if ids.len() > 1 {
             let mut w = self.shared.writer.lock();
-            let fut = w.writer.merge(&ids);
+            let fut = w.inner.merge(&ids);
             drop(w);
             fut.wait().map_err(|e| kw_err("merge", e))?;
         }
-        self.shared.reader.reload().map_err(|e| kw_err("reload", e))?;
+        self.shared
+            .reader
+            .reload()
+            .map_err(|e| kw_err("reload", e))?;
         Ok(())
     }
 }

@@ -23,4 +23,6 @@ mod python;
 
 pub use engine::{Engine, Options, Stats};
 pub use error::{Error, Result};
-pub use types::{FilterSpec, Level, Memory, MemoryPatch, Metric, Micros, NewMemory, Scored, SortKey, Tier};
+pub use types::{
+    FilterSpec, Level, Memory, MemoryPatch, Metric, Micros, NewMemory, Scored, SortKey, Tier,
+};

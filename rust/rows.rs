@@ -16,7 +16,10 @@
 
 use std::path::Path;
 
-use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{
+    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    TableDefinition,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -178,7 +181,10 @@ impl RowStore {
             }
             txn.open_table(IDS)?;
             let mut meta = txn.open_table(META)?;
-            let stored = meta.get("format")?.map(|v| decode::<u64>(v.value())).transpose()?;
+            let stored = meta
+                .get("format")?
+                .map(|v| decode::<u64>(v.value()))
+                .transpose()?;
             let format = match stored {
                 Some(f) => f,
                 None => {
@@ -199,7 +205,9 @@ impl RowStore {
 
     /// A consistent read snapshot.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        Ok(Snapshot { txn: self.db.begin_read()? })
+        Ok(Snapshot {
+            txn: self.db.begin_read()?,
+        })
     }
 
     /// Starts the (single) write transaction; it becomes durable on [`Batch::commit`].
@@ -333,7 +341,9 @@ impl Batch {
 
     /// Sets a meta value.
     pub fn set_meta<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
-        self.txn.open_table(META)?.insert(key, encode(value)?.as_slice())?;
+        self.txn
+            .open_table(META)?
+            .insert(key, encode(value)?.as_slice())?;
         Ok(())
     }
 
@@ -369,9 +379,13 @@ impl Batch {
     /// Writes a row's column record (and, when given, its payload).
     pub fn put(&self, rid: u64, col: &Col, payload: Option<&Payload>) -> Result<()> {
         self.txn.open_table(IDS)?.insert(col.id.as_str(), rid)?;
-        self.txn.open_table(COLS)?.insert(rid, encode(col)?.as_slice())?;
+        self.txn
+            .open_table(COLS)?
+            .insert(rid, encode(col)?.as_slice())?;
         if let Some(p) = payload {
-            self.txn.open_table(PAYLOAD)?.insert(rid, encode(p)?.as_slice())?;
+            self.txn
+                .open_table(PAYLOAD)?
+                .insert(rid, encode(p)?.as_slice())?;
         }
         Ok(())
     }
@@ -401,7 +415,9 @@ impl Batch {
 
     /// Appends a changelog entry.
     pub fn log(&self, seq: u64, change: Change) -> Result<()> {
-        self.txn.open_table(CHANGELOG)?.insert(seq, encode(&change)?.as_slice())?;
+        self.txn
+            .open_table(CHANGELOG)?
+            .insert(seq, encode(&change)?.as_slice())?;
         Ok(())
     }
 

@@ -130,7 +130,10 @@ pub struct NewMemory {
 
 /// A partial update: each `Some` replaces that field.
 #[derive(Clone, Debug, Default)]
-#[allow(clippy::option_option, reason = "Some(None) means: set the optional field to None")]
+#[allow(
+    clippy::option_option,
+    reason = "Some(None) means: set the optional field to None"
+)]
 pub struct MemoryPatch {
     /// New content (and its fingerprint).
     pub content: Option<(String, String)>,
@@ -191,7 +194,7 @@ pub struct FilterSpec {
     pub now: Micros,
     /// Time travel instant.
     pub as_of: Option<Micros>,
-    /// metadata["memory_type"] in this list (OR).
+    /// `metadata["memory_type"]` in this list (OR).
     pub memory_types: Vec<String>,
     /// created_at >= this.
     pub created_after: Option<Micros>,

@@ -51,7 +51,10 @@ struct Permit<'a>(&'a Slots);
 
 impl Slots {
     fn new(n: usize) -> Self {
-        Self { free: Mutex::new(n), cv: Condvar::new() }
+        Self {
+            free: Mutex::new(n),
+            cv: Condvar::new(),
+        }
     }
     fn acquire(&self) -> Permit<'_> {
         let mut free = self.free.lock();
@@ -217,7 +220,13 @@ impl VectorIndex {
     /// An empty index.
     #[must_use]
     pub fn new(dims: usize, metric: Metric) -> Self {
-        Self { dims, metric, parts: HashMap::new(), slots: Slots::new(THREAD_SLOTS), breadth: AtomicUsize::new(EXPANSION_SEARCH) }
+        Self {
+            dims,
+            metric,
+            parts: HashMap::new(),
+            slots: Slots::new(THREAD_SLOTS),
+            breadth: AtomicUsize::new(EXPANSION_SEARCH),
+        }
     }
 
     fn new_graph(&self, capacity: usize) -> Result<Graph> {
@@ -308,19 +317,29 @@ impl VectorIndex {
         if is_flat && current + items.len() >= GRAPH_MIN {
             // promote: move the flat vectors and the new ones into a fresh graph
             let mut all = match self.parts.remove(ns) {
-                Some(Partition::Flat(f)) => {
-                    f.keys.iter().enumerate().map(|(i, k)| (*k, f.data[i * self.dims..(i + 1) * self.dims].to_vec())).collect()
-                }
+                Some(Partition::Flat(f)) => f
+                    .keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| (*k, f.data[i * self.dims..(i + 1) * self.dims].to_vec()))
+                    .collect(),
                 _ => Vec::new(),
             };
             all.extend(items);
             let g = self.new_graph(all.len())?;
-            log::info!("building vector graph for namespace {ns:?}: {} vectors", all.len());
+            log::info!(
+                "building vector graph for namespace {ns:?}: {} vectors",
+                all.len()
+            );
             Self::graph_add(&g, &all)?;
             self.parts.insert(ns.to_owned(), Partition::Graph(g));
             return Ok(());
         }
-        match self.parts.entry(ns.to_owned()).or_insert_with(|| Partition::Flat(Flat::default())) {
+        match self
+            .parts
+            .entry(ns.to_owned())
+            .or_insert_with(|| Partition::Flat(Flat::default()))
+        {
             Partition::Flat(f) => {
                 for (k, v) in items {
                     if let Some(i) = f.pos.get(&k) {
@@ -336,7 +355,10 @@ impl VectorIndex {
                 let need = g.index.size() + g.removed + items.len();
                 if need > g.index.capacity() {
                     g.index
-                        .reserve_capacity_and_threads(need.max(g.index.capacity() * 2), THREAD_SLOTS)
+                        .reserve_capacity_and_threads(
+                            need.max(g.index.capacity() * 2),
+                            THREAD_SLOTS,
+                        )
                         .map_err(|e| usearch_err("reserve", e))?;
                 }
                 Self::graph_add(g, &items)?;
@@ -367,7 +389,10 @@ impl VectorIndex {
     #[must_use]
     pub fn vector(&self, ns: &str, key: u64) -> Option<Vec<f32>> {
         match self.parts.get(ns)? {
-            Partition::Flat(f) => f.pos.get(&key).map(|i| f.data[i * self.dims..(i + 1) * self.dims].to_vec()),
+            Partition::Flat(f) => f
+                .pos
+                .get(&key)
+                .map(|i| f.data[i * self.dims..(i + 1) * self.dims].to_vec()),
             Partition::Graph(g) => {
                 let mut buf = vec![0f32; self.dims];
                 match g.index.get(key, &mut buf) {
@@ -380,26 +405,48 @@ impl VectorIndex {
 
     /// The best `k` keys for `query` under `plan`, with f64 scores, best first
     /// (ties by key, so equal inputs give equal outputs).
-    pub fn search(&self, ns: &str, query: &[f32], k: usize, plan: &Plan<'_>) -> Result<Vec<(u64, f64)>> {
-        let Some(part) = self.parts.get(ns) else { return Ok(Vec::new()) };
+    pub fn search(
+        &self,
+        ns: &str,
+        query: &[f32],
+        k: usize,
+        plan: &Plan<'_>,
+    ) -> Result<Vec<(u64, f64)>> {
+        let Some(part) = self.parts.get(ns) else {
+            return Ok(Vec::new());
+        };
         let breadth = self.breadth.load(Ordering::Relaxed);
         let cands: Vec<u64> = match (part, plan) {
             (Partition::Flat(f), Plan::All) => self.scan(query, k, f.keys.iter().copied(), |key| {
-                f.pos.get(&key).map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
+                f.pos
+                    .get(&key)
+                    .map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
             }),
-            (Partition::Flat(f), Plan::Keys(keys)) => self.scan(query, k, keys.iter().copied(), |key| {
-                f.pos.get(&key).map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
-            }),
-            (Partition::Flat(f), Plan::Predicate { pred, .. }) => {
-                self.scan(query, k, f.keys.iter().copied().filter(|key| pred(*key)), |key| {
-                    f.pos.get(&key).map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
+            (Partition::Flat(f), Plan::Keys(keys)) => {
+                self.scan(query, k, keys.iter().copied(), |key| {
+                    f.pos
+                        .get(&key)
+                        .map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
                 })
             }
+            (Partition::Flat(f), Plan::Predicate { pred, .. }) => self.scan(
+                query,
+                k,
+                f.keys.iter().copied().filter(|key| pred(*key)),
+                |key| {
+                    f.pos
+                        .get(&key)
+                        .map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
+                },
+            ),
             (Partition::Graph(g), Plan::Keys(keys)) => self.graph_scan(g, query, k, keys),
             (Partition::Graph(g), Plan::All) => {
                 let _permit = self.slots.acquire();
                 let count = (k + k / 2).max(breadth).min(g.index.size());
-                let m = g.index.search(query, count).map_err(|e| usearch_err("search", e))?;
+                let m = g
+                    .index
+                    .search(query, count)
+                    .map_err(|e| usearch_err("search", e))?;
                 m.keys
             }
             (Partition::Graph(g), Plan::Predicate { pred, all_keys }) => {
@@ -408,7 +455,7 @@ impl VectorIndex {
                     let m = {
                         let _permit = self.slots.acquire();
                         g.index
-                            .filtered_search(query, count, |key| pred(key))
+                            .filtered_search(query, count, pred)
                             .map_err(|e| usearch_err("filtered search", e))?
                     };
                     if m.keys.len() >= k {
@@ -471,7 +518,10 @@ impl VectorIndex {
     fn rescore(&self, ns: &str, query: &[f32], k: usize, cands: &[u64]) -> Vec<(u64, f64)> {
         let mut scored: Vec<(u64, f64)> = cands
             .iter()
-            .filter_map(|key| self.vector(ns, *key).map(|v| (*key, score(self.metric, query, &v))))
+            .filter_map(|key| {
+                self.vector(ns, *key)
+                    .map(|v| (*key, score(self.metric, query, &v)))
+            })
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(k);
@@ -492,8 +542,10 @@ impl VectorIndex {
 
     /// Rebuilds a namespace's partition from its live keys (drops tombstones).
     pub fn rebuild(&mut self, ns: &str, keys: &[u64]) -> Result<()> {
-        let items: Vec<(u64, Vec<f32>)> =
-            keys.iter().filter_map(|k| self.vector(ns, *k).map(|v| (*k, v))).collect();
+        let items: Vec<(u64, Vec<f32>)> = keys
+            .iter()
+            .filter_map(|k| self.vector(ns, *k).map(|v| (*k, v)))
+            .collect();
         self.parts.remove(ns);
         self.add(ns, items)
     }
@@ -513,7 +565,11 @@ impl VectorIndex {
     /// Number of graph partitions and of flat ones.
     #[must_use]
     pub fn partition_counts(&self) -> (usize, usize) {
-        let graphs = self.parts.values().filter(|p| matches!(p, Partition::Graph(_))).count();
+        let graphs = self
+            .parts
+            .values()
+            .filter(|p| matches!(p, Partition::Graph(_)))
+            .count();
         (graphs, self.parts.len() - graphs)
     }
 
@@ -526,14 +582,24 @@ impl VectorIndex {
             let Partition::Graph(g) = p else { continue };
             let file = format!("g{seq}-{i}.usearch");
             let tmp = dir.join(format!("{file}.tmp"));
-            let tmp_str = tmp.to_str().ok_or_else(|| Error::invalid("store path is not UTF-8"))?;
+            let tmp_str = tmp
+                .to_str()
+                .ok_or_else(|| Error::invalid("store path is not UTF-8"))?;
             g.index.save(tmp_str).map_err(|e| usearch_err("save", e))?;
             let bytes = fs::read(&tmp)?;
             fs::File::open(&tmp)?.sync_all()?;
             fs::rename(&tmp, dir.join(&file))?;
-            graphs.push(GraphFile { namespace: ns.clone(), file, crc32: crc32fast::hash(&bytes) });
+            graphs.push(GraphFile {
+                namespace: ns.clone(),
+                file,
+                crc32: crc32fast::hash(&bytes),
+            });
         }
-        let manifest = Manifest { seq, dims: self.dims, graphs };
+        let manifest = Manifest {
+            seq,
+            dims: self.dims,
+            graphs,
+        };
         let tmp = dir.join("manifest.json.tmp");
         let mut f = fs::File::create(&tmp)?;
         f.write_all(&serde_json::to_vec(&manifest).map_err(|e| Error::storage("manifest", e))?)?;
@@ -555,7 +621,8 @@ impl VectorIndex {
     /// Loads the graphs of the last checkpoint in `dir`; returns the sequence they reflect, or
     /// None when there is no usable checkpoint (missing, other dims, or a corrupt file).
     pub fn load(&mut self, dir: &Path) -> Option<u64> {
-        let manifest: Manifest = serde_json::from_slice(&fs::read(dir.join("manifest.json")).ok()?).ok()?;
+        let manifest: Manifest =
+            serde_json::from_slice(&fs::read(dir.join("manifest.json")).ok()?).ok()?;
         if manifest.dims != self.dims {
             return None;
         }
@@ -563,17 +630,25 @@ impl VectorIndex {
             let path = dir.join(&gf.file);
             let ok = fs::read(&path).is_ok_and(|b| crc32fast::hash(&b) == gf.crc32);
             if !ok {
-                log::warn!("vector graph {} is missing or corrupt; rebuilding from rows", gf.file);
+                log::warn!(
+                    "vector graph {} is missing or corrupt; rebuilding from rows",
+                    gf.file
+                );
                 self.parts.clear();
                 return None;
             }
-            let Ok(g) = self.new_graph(0) else { return None };
+            let Ok(g) = self.new_graph(0) else {
+                return None;
+            };
             if g.index.load(path.to_str()?).is_err() {
                 self.parts.clear();
                 return None;
             }
             let cap = g.index.size().max(64);
-            if g.index.reserve_capacity_and_threads(cap, THREAD_SLOTS).is_err() {
+            if g.index
+                .reserve_capacity_and_threads(cap, THREAD_SLOTS)
+                .is_err()
+            {
                 return None;
             }
             self.parts.insert(gf.namespace.clone(), Partition::Graph(g));

@@ -47,26 +47,21 @@ NAMESPACE = "pypi"
 QUERY_NAMES = ("tiny-vectordb", "hashbang", "pdfpro", "penta", "rdspg")
 START = datetime(2021, 1, 1, tzinfo=UTC)
 SPAN = timedelta(days=365 * 3 + 182)
-TOPICS: dict[str, frozenset[str]] = {
-    "web": frozenset("web django flask fastapi http html website server wsgi asgi".split()),
-    "api": frozenset("api client sdk wrapper rest graphql".split()),
-    "data": frozenset("data pandas csv dataframe excel json parquet etl xml yaml".split()),
-    "database": frozenset(
-        "database sql postgres postgresql mysql sqlite mongodb redis orm sqlalchemy".split()
-    ),
-    "ml": frozenset(
-        "learning neural model models deep machine ai llm nlp transformer pytorch".split()
-    ),
-    "cli": frozenset("cli command terminal shell console".split()),
-    "cloud": frozenset("aws azure cloud kubernetes docker gcp s3 lambda serverless".split()),
-    "testing": frozenset("test testing pytest tests mock unittest".split()),
-    "async": frozenset("async asyncio aiohttp asynchronous".split()),
-    "media": frozenset("image images video audio pdf photo".split()),
-    "science": frozenset(
-        "scientific physics biology chemistry astronomy genomics bioinformatics".split()
-    ),
-    "plugin": frozenset("plugin extension addon odoo".split()),
+_TOPIC_WORDS = {
+    "web": "web django flask fastapi http html website server wsgi asgi",
+    "api": "api client sdk wrapper rest graphql",
+    "data": "data pandas csv dataframe excel json parquet etl xml yaml",
+    "database": "database sql postgres postgresql mysql sqlite mongodb redis orm sqlalchemy",
+    "ml": "learning neural model models deep machine ai llm nlp transformer pytorch",
+    "cli": "cli command terminal shell console",
+    "cloud": "aws azure cloud kubernetes docker gcp s3 lambda serverless",
+    "testing": "test testing pytest tests mock unittest",
+    "async": "async asyncio aiohttp asynchronous",
+    "media": "image images video audio pdf photo",
+    "science": "scientific physics biology chemistry astronomy genomics bioinformatics",
+    "plugin": "plugin extension addon odoo",
 }
+TOPICS = {topic: frozenset(words.split(" ")) for topic, words in _TOPIC_WORDS.items()}
 _WORD = re.compile(r"[a-z0-9]+")
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from memini import ConflictError, Filter, Memory, NotFoundError, Scored, Store
+
+from memini import ConflictError, Filter, Memory, NotFoundError, Scored, Store, StoreClosedError
 
 NS = "ns"
 THREADS = 8
@@ -415,3 +416,40 @@ def test_batches_are_visible_whole_or_not_at_all(store: Store) -> None:
         for r in readers:
             r.result()
     assert store.count(NS) == 4 * 30 * 10
+
+
+def test_close_while_threads_work(open_store: Callable[..., Store]) -> None:
+    """Closing under load: every thread ends with StoreClosedError, nothing else, no crash."""
+    s = open_store()
+    s.upsert_many(
+        [
+            Memory(id=f"a{i}", namespace=NS, content=f"apple {i}", embedding=vec_for(f"a{i}"))
+            for i in range(500)
+        ]
+    )
+    busy = threading.Barrier(THREADS + 1)
+
+    def work(t: int) -> str:
+        rng = np.random.default_rng(600 + t)
+        n = 0
+        while True:
+            if n == 20:
+                busy.wait()  # every thread is mid-work when close() comes
+            try:
+                if t % 3 == 0:
+                    s.vector_search(NS, rng.standard_normal(4).astype(np.float32), k=10)
+                elif t % 3 == 1:
+                    s.keyword_search(NS, "apple", k=10)
+                else:
+                    s.upsert(Memory(id=f"w{t}-{n}", namespace=NS, content="x", embedding=[1] * 4))
+            except StoreClosedError:
+                return "closed"
+            n += 1
+
+    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        futures = [pool.submit(work, t) for t in range(THREADS)]
+        busy.wait()
+        s.close()
+        assert [f.result() for f in futures] == ["closed"] * THREADS
+    with pytest.raises(StoreClosedError):
+        s.get(NS, "a0")

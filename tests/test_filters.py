@@ -740,3 +740,10 @@ def test_filters_match_model(store: Store, data: st.DataObject) -> None:
     assert sorted(h.memory.id for h in store.keyword_search(ns, "common", f, k=100)) == sorted(
         order
     )
+    # a small k: exactly min(k, matches), all of them matches (every score ties here)
+    small = store.vector_search(ns, q, f, k=2)
+    assert len(small) == min(2, len(with_vector))
+    assert {h.memory.id for h in small} <= set(with_vector)
+    small = store.keyword_search(ns, "common", f, k=2)
+    assert len(small) == min(2, len(order))
+    assert {h.memory.id for h in small} <= set(order)

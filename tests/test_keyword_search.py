@@ -141,6 +141,16 @@ def test_bm25_ranks_by_term_frequency_and_rarity(store: Store) -> None:
     assert_well_formed(hits)
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 9])
+def test_top_k_are_the_best_scores(store: Store, k: int) -> None:
+    # 1..9 occurrences of "apple" in documents of equal length: scores strictly increase with i
+    rows = [mem(f"d{i}", " ".join(["apple"] * i + ["filler"] * (9 - i))) for i in range(1, 10)]
+    store.upsert_many(rows)
+    hits = store.keyword_search(NS, "apple", k=k)
+    assert [h.memory.id for h in hits] == [f"d{i}" for i in range(9, 9 - k, -1)]
+    assert_well_formed(hits)
+
+
 def test_scores_are_deterministic(store: Store) -> None:
     rng = np.random.default_rng(31)
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -11,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memini import (
     DimensionMismatchError,
     Filter,
@@ -625,3 +629,41 @@ def test_filtered_search_many(big: Big) -> None:
         for q, got in zip(queries, many, strict=True):
             want = big.store.vector_search(NS, q, f, k=10)
             assert [(h.memory.id, h.score) for h in got] == [(h.memory.id, h.score) for h in want]
+
+
+# ---------------------------------------------------------------------------------------------
+# a huge k is just "everything": it must not allocate k slots (run in a subprocess, because an
+# allocation failure in the core aborts the whole interpreter)
+
+HUGE_K = """
+import json, sys
+import numpy as np
+from memini import Memory, Store
+s = Store.open(None, dims=4)
+s.upsert_many([Memory(id=f"a{i}", namespace="ns", content="apple", embedding=[1, 2, 3, i])
+               for i in range(5)])
+k = int(sys.argv[2])
+call = {
+    "vector_search": lambda: s.vector_search("ns", np.ones(4, np.float32), k=k),
+    "vector_search_many": lambda: s.vector_search_many("ns", np.ones((2, 4), np.float32), k=k)[0],
+    "keyword_search": lambda: s.keyword_search("ns", "apple", k=k),
+}[sys.argv[1]]
+try:
+    print(json.dumps({"hits": len(call())}))
+except Exception as e:
+    print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+"""
+
+
+@pytest.mark.parametrize("k", [2**31, 2**40, 2**63 - 1], ids=["2^31", "2^40", "2^63-1"])
+@pytest.mark.parametrize("method", ["vector_search", "vector_search_many", "keyword_search"])
+def test_huge_k_returns_every_match(method: str, k: int) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", HUGE_K, method, str(k)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == {"hits": 5}

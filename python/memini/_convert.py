@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
+
 from memini.errors import CorruptionError, DimensionMismatchError, InvalidArgumentError
 from memini.types import (
     Filter,

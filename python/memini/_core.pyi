@@ -10,10 +10,12 @@ The boundary carries plain Python values only:
 """
 
 import builtins
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
+
+__all__ = ["Engine", "build_profile"]
 
 class Row(TypedDict, total=False):
     id: str
@@ -57,10 +59,11 @@ class FilterSpec(TypedDict):
 
 def build_profile() -> Literal["release", "debug"]: ...
 
+@final
 class Engine:
     """The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL."""
 
-    def __init__(self, path: str | None, dims: int | None, metric: str | None) -> None: ...
+    def __new__(cls, path: str | None, dims: int | None, metric: str | None) -> Engine: ...
     @property
     def dims(self) -> int: ...
     @property
@@ -86,7 +89,9 @@ class Engine:
     ) -> None: ...
     def delete_if_expired_before(self, namespace: str, id: str, cutoff: int) -> Row: ...
     def list_expired(self, now: int, limit: int) -> list[Row]: ...
-    def list(self, namespace: str, filter: FilterSpec, limit: int, offset: int) -> builtins.list[Row]: ...
+    def list(
+        self, namespace: str, filter: FilterSpec, limit: int, offset: int
+    ) -> builtins.list[Row]: ...
     def count(self, namespace: str, filter: FilterSpec) -> int: ...
     def sweep_expired(self, now: int, limit: int) -> builtins.list[str]:
         """Deletes expired rows; returns the tier of each row deleted."""

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import builtins
 import contextlib
 import gzip
 import importlib.resources
-import io
 import json
 import logging
-import math
 import shutil
 import sys
 import time
@@ -42,14 +41,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, Literal, TypeVar, cast
+from typing import IO, Any, Literal, Protocol, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     TextColumn,
     TimeElapsedColumn,
@@ -99,6 +97,33 @@ _US = timedelta(microseconds=1)
 
 _E = TypeVar("_E", Tier, Level, EventKind)
 Metric = Literal["l2", "cos", "ip"]
+
+
+class _Reads(Protocol):
+    """The `Store` read methods whose results the CLI iterates, with their API.md types.
+
+    Store's own annotations of these say ``list[...]`` inside a class that defines
+    ``list``, which type checkers resolve to the method; `_reads` views a store through
+    this protocol instead.
+    """
+
+    def list_namespaces(self) -> builtins.list[str]: ...
+    def list(
+        self, namespace: str, filter: Filter | None = None, limit: int = 0, offset: int = 0
+    ) -> builtins.list[Memory]: ...
+    def list_all_links(self) -> builtins.list[NamespaceLink]: ...
+    def list_api_keys(self) -> builtins.list[APIKey]: ...
+    def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]: ...
+    def vector_search(
+        self, namespace: str, vector: npt.ArrayLike, filter: Filter | None = None, k: int = 10
+    ) -> builtins.list[Scored]: ...
+    def keyword_search(
+        self, namespace: str, query: str, filter: Filter | None = None, k: int = 10
+    ) -> builtins.list[Scored]: ...
+
+
+def _reads(store: Store) -> _Reads:
+    return cast("_Reads", store)
 
 
 class CliError(Exception):
@@ -362,23 +387,24 @@ def _json_type(value: object) -> str:
 
 
 _MEMORY_FIELDS = (
-    "id namespace content tier level summary metadata tags importance created_at updated_at "
-    "last_accessed_at access_count expires_at superseded_by valid_from valid_to confidence "
-    "linked_memory_ids embedding"
-).split()
+    *("id", "namespace", "content", "tier", "level", "summary", "metadata", "tags"),
+    *("importance", "created_at", "updated_at", "last_accessed_at", "access_count"),
+    *("expires_at", "superseded_by", "valid_from", "valid_to", "confidence"),
+    *("linked_memory_ids", "embedding"),
+)
 _LINK_FIELDS = ("src", "dst", "tiers", "note", "created_at")
 _KEY_FIELDS = ("name", "hash", "home_ns", "default_ns", "created_at", "disabled")
 _EVENT_FIELDS = (
-    "id op_id kind namespace query memory_id memory_ns memory_tier memory_summary rank score "
-    "detail created_at"
-).split()
+    *("id", "op_id", "kind", "namespace", "query", "memory_id", "memory_ns", "memory_tier"),
+    *("memory_summary", "rank", "score", "detail", "created_at"),
+)
 
 
 def _parse_memory(obj: dict[str, Any], default_ns: str, dims: int) -> Memory:
     f = _Fields(obj, "memory", _MEMORY_FIELDS)
     return Memory(
-        id=f.text("id", "") or new_id(),
-        namespace=f.text("namespace", "") or default_ns,
+        id=f.opt_text("id") or new_id(),
+        namespace=f.opt_text("namespace") or default_ns,
         content=f.text("content"),
         tier=f.enum(Tier, "tier", Tier.SEMANTIC) or Tier.SEMANTIC,
         level=f.enum(Level, "level", None),
@@ -507,7 +533,8 @@ class _Importer:
         self._keys: set[str] | None = None
         self._events: list[tuple[int, Event]] = []
 
-    def _bad(self, lineno: int, message: str, counts: _Counts | None) -> None:
+    def bad_line(self, lineno: int, message: str, counts: _Counts | None) -> None:
+        """Count and report a line that is not imported."""
         if counts is None:
             self.summary.other_bad += 1
         else:
@@ -518,7 +545,7 @@ class _Importer:
     def add(self, lineno: int, obj: object) -> None:
         """Take one parsed JSON line (memories are stored when their batch fills)."""
         if not isinstance(obj, dict):
-            self._bad(lineno, f"expected a JSON object, got {_json_type(obj)}", None)
+            self.bad_line(lineno, f"expected a JSON object, got {_json_type(obj)}", None)
             return
         kind = obj.get("type", "memory")
         handlers: dict[object, tuple[_Counts, Callable[[int, dict[str, Any]], None]]] = {
@@ -528,21 +555,21 @@ class _Importer:
             "event": (self.summary.events, self._add_event),
         }
         if kind == EXPORT_TYPE:
-            self._bad(lineno, "an export header is only valid as the first line", None)
+            self.bad_line(lineno, "an export header is only valid as the first line", None)
             return
         if kind not in handlers:
-            self._bad(lineno, f"unknown record type {kind!r}", None)
+            self.bad_line(lineno, f"unknown record type {kind!r}", None)
             return
         counts, handler = handlers[kind]
         counts.read += 1
         try:
             handler(lineno, obj)
         except _BadRecord as e:
-            self._bad(lineno, str(e), counts)
+            self.bad_line(lineno, str(e), counts)
         except MeminiError as e:
             if isinstance(e, CorruptionError | StoreClosedError):
                 raise
-            self._bad(lineno, str(e), counts)
+            self.bad_line(lineno, str(e), counts)
 
     def _add_memory(self, lineno: int, obj: dict[str, Any]) -> None:
         m = _parse_memory(obj, self.default_ns, self.dims)
@@ -575,7 +602,7 @@ class _Importer:
             raise
         except (MeminiError, ValueError, TypeError, OverflowError) as e:
             if len(rows) == 1:
-                self._bad(rows[0][0], str(e), self.summary.memories)
+                self.bad_line(rows[0][0], str(e), self.summary.memories)
                 return
             mid = len(rows) // 2
             self._land(rows[:mid])
@@ -586,7 +613,7 @@ class _Importer:
     def _add_link(self, lineno: int, obj: dict[str, Any]) -> None:
         link = _parse_link(obj)
         if self._links is None:
-            self._links = {(lk.src, lk.dst) for lk in self.store.list_all_links()}
+            self._links = {(lk.src, lk.dst) for lk in _reads(self.store).list_all_links()}
         if (link.src, link.dst) in self._links:
             self.summary.links.skipped += 1
             return
@@ -597,7 +624,7 @@ class _Importer:
     def _add_key(self, lineno: int, obj: dict[str, Any]) -> None:
         key = _parse_key(obj)
         if self._keys is None:
-            self._keys = {k.name for k in self.store.list_api_keys()}
+            self._keys = {k.name for k in _reads(self.store).list_api_keys()}
         if key.name in self._keys:
             self.summary.api_keys.skipped += 1
             return
@@ -619,38 +646,35 @@ class _Importer:
         """Append the buffered events, keeping their ids where the store allows it.
 
         The store assigns event ids itself (contiguous per batch, never reused). An event
-        whose id is already taken by an identical event is skipped; the others with an id
-        beyond the store's last one are appended in id order with placeholder events filling
-        the gaps, so each lands on its own id, and the placeholders (stamped before every
-        real event) are pruned right after. Events without an id, or whose id is taken,
+        whose id holds the same event already is skipped. The events with an id beyond the
+        store's last one are appended in id order, with placeholder events filling the id
+        gaps so that each lands on its own id; the placeholders, stamped before every real
+        event, are pruned right after. The rest (no id, or an id taken by another event)
         get the next free ids.
         """
-        store, counts = self.store, self.summary.events
-        existing = {e.id: e for e in store.list_events()}
-        self._prune_gap_events(existing)
-        existing = {i: e for i, e in existing.items() if e.namespace != _GAP_NAMESPACE}
+        counts = self.summary.events
+        existing = {e.id: e for e in _reads(self.store).list_events()}
+        if any(e.namespace == _GAP_NAMESPACE for e in existing.values()):
+            self._prune_placeholders(existing)  # left by an interrupted import
+            existing = {i: e for i, e in existing.items() if e.namespace != _GAP_NAMESPACE}
         last = max(existing, default=0)
         keep: list[Event] = []
         renumber: list[Event] = []
         for _, ev in sorted(self._events, key=lambda t: (t[1].id == 0, t[1].id, t[0])):
-            if ev.id in existing:
-                if _event_record(existing[ev.id]) == _event_record(ev):
-                    counts.skipped += 1
-                    continue
-                renumber.append(ev)
+            if ev.id in existing and _same_event(existing[ev.id], ev):
+                counts.skipped += 1
             elif ev.id > last and (not keep or ev.id > keep[-1].id):
                 keep.append(ev)
             else:
                 renumber.append(ev)
-        gaps = (keep[-1].id - last - len(keep)) if keep else 0
-        if gaps > _MAX_GAP_FILL:
-            renumber, keep = keep + renumber, []
+        if keep and keep[-1].id - last - len(keep) > _MAX_GAP_FILL:
+            keep, renumber = [], keep + renumber
         if keep:
             self._append_with_gaps(keep, last, existing)
         if renumber:
-            store.append_events(renumber)
+            self.store.append_events(renumber)
             self.summary.notes.append(
-                f"{len(renumber)} event(s) got new ids (their ids were taken in this store)"
+                f"{len(renumber)} event(s) got new ids (no id, or their id is taken here)"
             )
         counts.inserted += len(keep) + len(renumber)
 
@@ -658,43 +682,46 @@ class _Importer:
         times = [e.created_at for e in [*keep, *existing.values()] if e.created_at is not None]
         stamp = min([datetime(1970, 1, 1, tzinfo=UTC), *[t - _US for t in times]])
         batch: list[Event] = []
-        next_id = last + 1
         for ev in keep:
-            while next_id < ev.id:
-                batch.append(
-                    Event(op_id=_GAP_NAMESPACE, kind=EventKind.SETTINGS, namespace=_GAP_NAMESPACE,
-                          created_at=stamp)
-                )
-                next_id += 1
+            gap = ev.id - (last + len(batch) + 1)
+            batch.extend(
+                Event(_GAP_NAMESPACE, EventKind.SETTINGS, _GAP_NAMESPACE, created_at=stamp)
+                for _ in range(gap)
+            )
             batch.append(ev)
-            next_id += 1
         self.store.append_events(batch)
         if len(batch) > len(keep):
             self.store.prune_events(older_than=stamp + _US)
-        probe = self.store.list_events(EventFilter(since=keep[0].created_at or stamp))
-        got = {e.id for e in probe}
-        moved = sum(ev.id not in got for ev in keep)
+        stored = {e.id: e for e in _reads(self.store).list_events()}
+        moved = sum(ev.id not in stored or not _same_event(stored[ev.id], ev) for ev in keep)
         if moved:
             self.summary.notes.append(
-                f"{moved} event(s) got new ids: this store had used higher event ids before "
-                "(pruned ids are never reused); import into a new store to keep them"
+                f"{moved} event(s) got other ids than exported: this store had handed out "
+                "higher event ids before (they are never reused); import into a new store "
+                "to keep them"
             )
 
-    def _prune_gap_events(self, existing: dict[int, Event]) -> None:
-        """Remove placeholders left by an import interrupted between append and prune."""
-        gap = [e for e in existing.values() if e.namespace == _GAP_NAMESPACE]
-        if not gap:
-            return
-        newest = max(e.created_at for e in gap if e.created_at is not None)
-        real = [e.created_at for e in existing.values()
-                if e.namespace != _GAP_NAMESPACE and e.created_at is not None]
-        if all(t > newest for t in real):
-            self.store.prune_events(older_than=newest + _US)
+    def _prune_placeholders(self, existing: dict[int, Event]) -> None:
+        floor = datetime.min.replace(tzinfo=UTC)
+        gap = [e.created_at or floor for e in existing.values() if e.namespace == _GAP_NAMESPACE]
+        real = [e.created_at or floor for e in existing.values() if e.namespace != _GAP_NAMESPACE]
+        if gap and all(t > max(gap) for t in real):
+            self.store.prune_events(older_than=max(gap) + _US)
+
+
+def _same_event(stored: Event, ev: Event) -> bool:
+    """Whether ``stored`` is ``ev`` as imported (a missing created_at matches any)."""
+    a, b = _event_record(stored), _event_record(ev)
+    if ev.created_at is None:
+        a.pop("created_at")
+        b.pop("created_at")
+    return a == b
 
 
 @dataclass
 class _Source:
-    """The lines of an import file with their numbers, and how far through the file we are."""
+    """The lines of an import file (gzip-compressed ones too; ``-`` = plain stdin) and how far
+    through the file reading is."""
 
     raw: IO[bytes]
     lines: Iterator[bytes]
@@ -712,8 +739,9 @@ class _Source:
         size = Path(path).stat().st_size
         magic = raw.read(2)
         raw.seek(0)
-        stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
-        return cls(raw, iter(stream), size)
+        if magic == b"\x1f\x8b":
+            return cls(raw, iter(gzip.GzipFile(fileobj=raw)), size)
+        return cls(raw, iter(raw), size)
 
     def position(self) -> int:
         try:
@@ -758,10 +786,9 @@ def _progress(console: Console) -> Progress:
 
 
 def _header_settings(
-    obj: object, dims: int | None, metric: Metric | None
+    obj: dict[str, Any], dims: int | None, metric: Metric | None
 ) -> tuple[int | None, Metric | None, str]:
     """dims, metric and embed model from an export header (the options win)."""
-    assert isinstance(obj, dict)
     version = obj.get("version")
     if not isinstance(version, int) or version < 1:
         raise CliError(f"line 1: export header without a valid version: {version!r}")
@@ -781,6 +808,13 @@ def _header_settings(
 def cmd_import(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini import``: bulk-load a JSONL file."""
     src = _Source.open(args.file)
+    try:
+        return _import(src, args, out, err)
+    finally:
+        src.close()
+
+
+def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) -> int:
     path = Path(args.store)
     dims: int | None = args.dims
     metric: Metric | None = args.metric
@@ -794,39 +828,32 @@ def cmd_import(args: argparse.Namespace, out: Console, err: Console) -> int:
             dims, metric, model = _header_settings(obj, dims, metric)
         else:
             pending.append(first)
-            if dims is None and isinstance(obj, dict) and isinstance(obj.get("embedding"), list):
-                dims = len(obj["embedding"]) or None
-    store = _open_store(path, "import", dims=None, metric=metric, must_exist=False) if (
-        dims is None and (path / "rows.redb").exists()
-    ) else _open_new_or_existing(path, dims, metric)
+            emb = obj.get("embedding") if isinstance(obj, dict) else None
+            if dims is None and isinstance(emb, list) and emb:
+                dims = len(emb)
     t0 = time.perf_counter()
-    with store, _progress(err) as progress:
+    with _open_new_or_existing(path, dims, metric) as store, _progress(err) as progress:
         if model:
             current = store.embed_model()
             if not current:
                 store.set_embed_model(model)
             elif current != model:
-                err.print(f"warning: store embeds with {current!r}, the export with {model!r}")
+                err.print(f"warning: the store embeds with {current!r}, the file with {model!r}")
         task = progress.add_task(f"importing {args.file}", total=src.size, rows=0)
 
         def on_error(lineno: int, message: str) -> None:
             progress.console.print(f"line {lineno}: {message}", markup=False, highlight=False)
 
         imp = _Importer(store, batch=args.batch, default_ns=args.namespace, on_error=on_error)
-        rows = 0
-        try:
-            for lineno, line in [*pending, *records] if False else _chain(pending, records):
-                obj, problem = _decode(line)
-                if problem is not None:
-                    imp._bad(lineno, problem, None)
-                else:
-                    imp.add(lineno, obj)
-                rows += 1
-                if rows % 256 == 0:
-                    progress.update(task, completed=src.position(), rows=rows)
-            summary = imp.finish()
-        finally:
-            src.close()
+        for n, (lineno, line) in enumerate(_chain(pending, records), start=1):
+            obj, problem = _decode(line)
+            if problem is None:
+                imp.add(lineno, obj)
+            else:
+                imp.bad_line(lineno, problem, None)
+            if n % 256 == 0:
+                progress.update(task, completed=src.position(), rows=n)
+        summary = imp.finish()
     _print_summary(out, summary, time.perf_counter() - t0)
     return 1 if summary.bad else 0
 
@@ -858,26 +885,25 @@ def _open_new_or_existing(path: Path, dims: int | None, metric: Metric | None) -
 
 
 def _print_summary(out: Console, s: ImportSummary, seconds: float) -> None:
-    table = Table(title=f"import finished in {seconds:.1f} s", title_justify="left")
-    for col in ("", "read", "inserted", "skipped", "bad"):
-        table.add_column(col, justify="left" if not col else "right")
-    for name, c in (
-        ("memories", s.memories),
-        ("links", s.links),
-        ("api keys", s.api_keys),
-        ("events", s.events),
-    ):
+    def say(text: str) -> None:
+        out.print(text, markup=False, highlight=False)
+
+    say(f"import finished in {seconds:.1f} s")
+    kinds = [("memories", s.memories), ("links", s.links), ("api keys", s.api_keys)]
+    for name, c in [*kinds, ("events", s.events)]:
         if c.read or name == "memories":
-            table.add_row(name, f"{c.read:,}", f"{c.inserted:,}", f"{c.skipped:,}", f"{c.bad:,}")
+            say(
+                f"  {name + ':':<10}{c.read:>10,} read, {c.inserted:,} inserted, "
+                f"{c.skipped:,} skipped (already stored), {c.bad:,} bad"
+            )
     if s.other_bad:
-        table.add_row("unreadable", f"{s.other_bad:,}", "0", "0", f"{s.other_bad:,}")
-    out.print(table)
+        say(f"  {'other:':<10}{s.other_bad:>10,} bad (unreadable lines, unknown record types)")
     for note in s.notes:
-        out.print(f"note: {note}", markup=False, highlight=False)
+        say(f"note: {note}")
     if s.bad:
         lines = ", ".join(str(n) for n, _ in s.errors[:20])
         more = f" and {len(s.errors) - 20} more" if len(s.errors) > 20 else ""
-        out.print(f"{s.bad} bad line(s), not imported: {lines}{more} (reasons above)")
+        say(f"{s.bad} bad line(s) not imported: {lines}{more} (reasons on stderr)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -904,9 +930,9 @@ def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | Non
     everything = Filter(
         include_expired=True, include_superseded=True, sort=Sort(SortKey.CREATED_AT, asc=True)
     )
-    for ns in store.list_namespaces():
+    for ns in _reads(store).list_namespaces():
         offset = 0
-        while page := store.list(ns, everything, _LIST_PAGE, offset):
+        while page := _reads(store).list(ns, everything, _LIST_PAGE, offset):
             offset += len(page)
             for m in page:
                 emb = store.get_embedding(ns, m.id)
@@ -914,13 +940,13 @@ def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | Non
             n += len(page)
             if on_row is not None:
                 on_row(len(page))
-    for link in store.list_all_links():
+    for link in _reads(store).list_all_links():
         out.write(_dumps(_link_record(link)) + "\n")
         n += 1
-    for key in store.list_api_keys():
+    for key in _reads(store).list_api_keys():
         out.write(_dumps(_key_record(key)) + "\n")
         n += 1
-    for ev in sorted(store.list_events(), key=lambda e: e.id):
+    for ev in sorted(_reads(store).list_events(), key=lambda e: e.id):
         out.write(_dumps(_event_record(ev)) + "\n")
         n += 1
     return n
@@ -929,28 +955,22 @@ def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | Non
 def cmd_export(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini export``: the whole store as JSONL on stdout (or ``--output``)."""
     path = Path(args.store)
-    with _open_store(path, "export") as store:
+    with _open_store(path, "export") as store, contextlib.ExitStack() as stack:
         total = int(store.stats()["rows"])
-        target: IO[str]
-        with contextlib.ExitStack() as stack:
-            if args.output in (None, "-"):
-                target = io.TextIOWrapper(
-                    sys.stdout.buffer, encoding="ascii", newline="\n", write_through=False
-                )
-                stack.callback(target.detach)
-                stack.callback(target.flush)
-            else:
-                target = stack.enter_context(
-                    open(args.output, "w", encoding="ascii", newline="\n")
-                )
-            progress = stack.enter_context(_progress(err))
-            task = progress.add_task("exporting", total=total, rows=0)
+        target: IO[str] = sys.stdout  # the export is ASCII: any stdout encoding takes it
+        if args.output not in (None, "-"):
+            target = stack.enter_context(open(args.output, "w", encoding="ascii", newline="\n"))
+        progress = stack.enter_context(_progress(err))
+        task = progress.add_task("exporting", total=total, rows=0)
+        done = 0
 
-            def on_row(k: int) -> None:
-                progress.advance(task, k)
-                progress.update(task, rows=int(progress.tasks[0].completed))
+        def on_rows(k: int) -> None:
+            nonlocal done
+            done += k
+            progress.update(task, completed=done, rows=done)
 
-            lines = export_store(store, target, on_row)
+        lines = export_store(store, target, on_rows)
+        target.flush()
     if args.output not in (None, "-"):
         err.print(f"exported {total:,} memories ({lines:,} lines) to {args.output}")
     return 0
@@ -1038,33 +1058,23 @@ class _Check:
 
 
 def _vector_probe(store: Store, per_namespace: int = 20) -> tuple[int, int]:
-    """Search a few stored vectors: each should find its own row (index entries exist)."""
-    found = total = 0
+    """Search with a few stored vectors: each must find its own row (or a tie scoring at
+    least as high), else the vector index lacks it. Returns (found, probed)."""
+    found = probed = 0
     everything = Filter(include_expired=True, include_superseded=True)
-    for ns in store.list_namespaces():
-        for m in store.list(ns, everything, per_namespace * 4):
-            if total >= per_namespace * (1 + len(store.list_namespaces())):
-                break
-            emb = store.get_embedding(ns, m.id)
-            if emb is None:
-                continue
-            total += 1
-            hits = store.vector_search(ns, emb, everything, k=10)
-            top = hits[0].score if hits else None
-            if any(h.memory.id == m.id for h in hits) or (
-                top is not None and _self_score(store, emb) <= top
-            ):
-                found += 1
-    return found, total
-
-
-def _self_score(store: Store, emb: npt.NDArray[np.float32]) -> float:
-    """A vector's score against itself under the store's metric (ties count as found)."""
     metric = store.stats()["metric"]
-    if metric == "l2":
-        return 1.0
-    v = emb.astype(np.float64)
-    return 1.0 if metric == "cos" else float(v @ v)
+    for ns in _reads(store).list_namespaces():
+        vecs = [
+            (m.id, store.get_embedding(ns, m.id)) for m in _reads(store).list(ns, everything, 200)
+        ]
+        for id_, emb in [(i, e) for i, e in vecs if e is not None][:per_namespace]:
+            probed += 1
+            hits = _reads(store).vector_search(ns, emb, everything, k=10)
+            v = emb.astype(np.float64)
+            best = float(v @ v) if metric == "ip" else 1.0  # l2: 1/(1+0), cos: 1
+            if any(h.memory.id == id_ for h in hits) or (hits and hits[0].score >= best - 1e-6):
+                found += 1
+    return found, probed
 
 
 def _check(store: Store) -> _Check:
@@ -1084,15 +1094,21 @@ def _check(store: Store) -> _Check:
 
 def _print_check(out: Console, c: _Check) -> None:
     mark = {True: "ok", False: "MISMATCH"}
-    out.print(f"rows {c.rows:,} vs keyword index {c.keyword_docs:,} docs: "
-              f"{mark[c.rows == c.keyword_docs]}")
+    out.print(
+        f"rows {c.rows:,} vs keyword index {c.keyword_docs:,} docs: "
+        f"{mark[c.rows == c.keyword_docs]}"
+    )
     if c.vector_index is None:
         out.print(f"rows with a vector {c.vectors:,}; vector index count not reported by stats()")
     else:
-        out.print(f"rows with a vector {c.vectors:,} vs vector index {c.vector_index:,}: "
-                  f"{mark[c.vectors == c.vector_index]}")
-    out.print(f"vector probe: {c.probe_found}/{c.probe_total} stored vectors find their row: "
-              f"{mark[c.probe_found == c.probe_total]}")
+        out.print(
+            f"rows with a vector {c.vectors:,} vs vector index {c.vector_index:,}: "
+            f"{mark[c.vectors == c.vector_index]}"
+        )
+    out.print(
+        f"vector probe: {c.probe_found}/{c.probe_total} stored vectors find their row: "
+        f"{mark[c.probe_found == c.probe_total]}"
+    )
 
 
 def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -1118,8 +1134,9 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
             shutil.rmtree(target)
     with _open_store(path, "check --repair") as store:
         after = _check(store)
-    out.print(f"rebuilt the vector and keyword indexes from the rows in "
-              f"{time.perf_counter() - t0:.1f} s")
+    out.print(
+        f"rebuilt the vector and keyword indexes from the rows in {time.perf_counter() - t0:.1f} s"
+    )
     _print_check(out, after)
     return 0 if after.ok else 2
 
@@ -1151,14 +1168,19 @@ def _load_sample() -> _Sample:
     return _Sample(records, vectors, queries, meta["model"])
 
 
-def _hit_line(h: Scored, now: datetime | None = None) -> str:
+def _hit_line(h: Scored, store: Store | None = None) -> str:
+    """One search hit on one line: score, package name, text, and any supersession."""
     m = h.memory
-    text = m.content if len(m.content) <= 64 else m.content[:61] + "..."
-    note = ""
+    text = m.content if len(m.content) <= 60 else m.content[:57] + "..."
+    line = f"   {h.score:6.3f}  {m.summary[:24]:<24} {text}"
     if m.superseded_by:
+        successor = m.superseded_by
+        if store is not None:
+            with contextlib.suppress(MeminiError):
+                successor = store.get(m.namespace, successor).summary or successor
         when = m.valid_to.date().isoformat() if m.valid_to else "?"
-        note = f"  [superseded by {m.superseded_by} on {when}]"
-    return f"   {h.score:6.3f}  {m.summary[:24]:<24} {text}{note}"
+        line += f"\n            (superseded by {successor} on {when})"
+    return line
 
 
 def _timed(fn: Callable[[], list[Scored]]) -> tuple[list[Scored], float]:
@@ -1181,11 +1203,17 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     with store:
         if not store.embed_model():
             store.set_embed_model(sample.model)
-        say(f"memini demo: store {path} ({dims} dims, {store.stats()['metric']}), "
-            f"sample of {len(sample.records):,} PyPI package summaries ({sample.model})")
+        say(
+            f"memini demo: store {path} ({dims} dims, {store.stats()['metric']}), "
+            f"sample of {len(sample.records):,} PyPI package summaries ({sample.model})"
+        )
         t0 = time.perf_counter()
-        imp = _Importer(store, batch=1000, default_ns=ns,
-                        on_error=lambda n, msg: err.print(f"sample row {n}: {msg}", markup=False))
+        imp = _Importer(
+            store,
+            batch=1000,
+            default_ns=ns,
+            on_error=lambda n, msg: err.print(f"sample row {n}: {msg}", markup=False),
+        )
         with _progress(err) as progress:
             task = progress.add_task("importing sample", total=len(sample.records), rows=0)
             for i, rec in enumerate(sample.records):
@@ -1195,46 +1223,53 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
             s = imp.finish()
         secs = time.perf_counter() - t0
         rate = f", {s.memories.inserted / secs:,.0f} rows/s" if s.memories.inserted else ""
-        say(f"import: {s.memories.inserted:,} inserted, {s.memories.skipped:,} already there, "
-            f"{s.bad} bad, in {secs:.1f} s{rate}")
+        say(
+            f"import: {s.memories.inserted:,} inserted, {s.memories.skipped:,} already there, "
+            f"{s.bad} bad, in {secs:.1f} s{rate}"
+        )
         live = store.count(ns)
         total = store.count(ns, Filter(include_superseded=True, include_expired=True))
         say(f"namespace {ns!r}: {total:,} memories, {live:,} live ({total - live:,} superseded)")
 
         (q1, v1), (q2, v2) = sample.queries[0], sample.queries[1]
         say()
-        hits, ms = _timed(lambda: store.vector_search(ns, v1, k=5))
+        hits, ms = _timed(lambda: _reads(store).vector_search(ns, v1, k=5))
         say(f"1. vector recall, k=5 ({ms:.1f} ms): {q1!r}")
         for h in hits:
-            say(_hit_line(h))
+            say(_hit_line(h, store))
 
         kw = "pdf extract text tables"
-        hits, ms = _timed(lambda: store.keyword_search(ns, kw, k=5))
+        hits, ms = _timed(lambda: _reads(store).keyword_search(ns, kw, k=5))
         say(f"2. keyword recall (BM25), k=5 ({ms:.1f} ms): {kw!r}")
         for h in hits:
-            say(_hit_line(h))
+            say(_hit_line(h, store))
 
-        flt = Filter(tags=["cli"], tiers=[Tier.PROCEDURAL, Tier.SEMANTIC],
-                     created_after=datetime(2023, 1, 1, tzinfo=UTC))
-        hits, ms = _timed(lambda: store.vector_search(ns, v2, flt, k=5))
-        say(f"3. filtered vector recall, tag 'cli', tier procedural|semantic, created in 2023 "
-            f"or later ({ms:.1f} ms): {q2!r}")
+        flt = Filter(
+            tags=["cli"],
+            tiers=[Tier.PROCEDURAL, Tier.SEMANTIC],
+            created_after=datetime(2023, 1, 1, tzinfo=UTC),
+        )
+        hits, ms = _timed(lambda: _reads(store).vector_search(ns, v2, flt, k=5))
+        say(
+            f"3. filtered vector recall, tag 'cli', tier procedural|semantic, created in 2023 "
+            f"or later ({ms:.1f} ms): {q2!r}"
+        )
         for h in hits:
-            say(_hit_line(h))
+            say(_hit_line(h, store))
 
-        q3, v3 = sample.queries[2]
-        when = datetime(2022, 7, 1, tzinfo=UTC)
+        q3, v3 = sample.queries[4]
+        when = datetime(2022, 1, 1, tzinfo=UTC)
         then = Filter(as_of=when)
-        hits_now, ms_now = _timed(lambda: store.vector_search(ns, v3, k=4))
-        hits_then, ms_then = _timed(lambda: store.vector_search(ns, v3, then, k=4))
+        hits_now, ms_now = _timed(lambda: _reads(store).vector_search(ns, v3, k=5))
+        hits_then, ms_then = _timed(lambda: _reads(store).vector_search(ns, v3, then, k=5))
         valid_then = store.count(ns, then)
         say(f"4. time travel: {q3!r}")
         say(f"   now, live rows ({ms_now:.1f} ms):")
         for h in hits_now:
-            say(_hit_line(h))
+            say(_hit_line(h, store))
         say(f"   as_of {when.date()}, the {valid_then:,} rows valid then ({ms_then:.1f} ms):")
         for h in hits_then:
-            say(_hit_line(h))
+            say(_hit_line(h, store))
     return 0
 
 
@@ -1268,12 +1303,17 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("import", help="bulk-load a JSONL file (export format or plain rows)")
     sp.add_argument("file", metavar="FILE", help="JSONL file, .gz accepted, - for stdin")
     store_arg(sp)
-    sp.add_argument("--dims", type=_positive, help="vector dims of a new store "
-                    "(default: the export header's, or the first embedding's length)")
+    sp.add_argument(
+        "--dims",
+        type=_positive,
+        help="vector dims of a new store "
+        "(default: the export header's, or the first embedding's length)",
+    )
     sp.add_argument("--metric", choices=_METRICS, help="metric of a new store (default l2)")
     sp.add_argument("--batch", type=_positive, default=1000, help="rows per commit (1000)")
-    sp.add_argument("--namespace", default="default",
-                    help="namespace of lines without one (default 'default')")
+    sp.add_argument(
+        "--namespace", default="default", help="namespace of lines without one (default 'default')"
+    )
     sp.set_defaults(func=cmd_import)
 
     sp = sub.add_parser("export", help="write the whole store as versioned JSONL")
@@ -1292,13 +1332,20 @@ def _parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("check", help="compare the rows with the vector and keyword indexes")
     store_arg(sp)
-    sp.add_argument("--repair", action="store_true",
-                    help="rebuild both indexes from the rows (the store must be closed)")
+    sp.add_argument(
+        "--repair",
+        action="store_true",
+        help="rebuild both indexes from the rows (the store must be closed)",
+    )
     sp.set_defaults(func=cmd_check)
 
     sp = sub.add_parser("demo", help="import the shipped PyPI sample and run a few recalls")
-    sp.add_argument("--store", default=DEFAULT_DEMO_STORE, metavar="DIR",
-                    help=f"store directory (default {DEFAULT_DEMO_STORE})")
+    sp.add_argument(
+        "--store",
+        default=DEFAULT_DEMO_STORE,
+        metavar="DIR",
+        help=f"store directory (default {DEFAULT_DEMO_STORE})",
+    )
     sp.set_defaults(func=cmd_demo)
     return p
 

@@ -8,6 +8,7 @@ durable.
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import weakref
@@ -95,9 +96,7 @@ class Store:
     Every write method returns only once its change is durable.
     """
 
-    def __init__(
-        self, engine: Engine, meta: MetaDB, metrics: Metrics, path: Path | None
-    ) -> None:
+    def __init__(self, engine: Engine, meta: MetaDB, metrics: Metrics, path: Path | None) -> None:
         """Internal: use `Store.open`."""
         self._engine = engine
         self._meta = meta
@@ -144,7 +143,9 @@ class Store:
             )
         p = None if path is None else Path(os.fspath(path)).absolute()
         if search_breadth is not None and (
-            isinstance(search_breadth, bool) or not isinstance(search_breadth, int) or search_breadth < 1
+            isinstance(search_breadth, bool)
+            or not isinstance(search_breadth, int)
+            or search_breadth < 1
         ):
             raise InvalidArgumentError("search_breadth must be an int >= 1")
         engine = Engine(None if p is None else str(p), dims, metric)
@@ -160,7 +161,9 @@ class Store:
     def _check(self) -> None:
         if self._forked or self._closed:
             raise StoreClosedError(
-                "store is closed" if self._closed else "store was opened before fork()"
+                "store is closed"
+                if self._closed
+                else "store was opened before fork()"
                 " and is closed in this child process; open it in one owning process"
             )
 
@@ -505,12 +508,12 @@ class Store:
         self._check()
         return self._engine.count(_text(namespace, "namespace"), cv.filter_to_spec(filter))
 
-    def list_namespaces(self) -> list[str]:
+    def list_namespaces(self) -> builtins.list[str]:
         """Every namespace holding any memory, ascending."""
         self._check()
         return self._engine.list_namespaces()
 
-    def namespace_activity(self, now: datetime | None = None) -> list[NamespaceActivity]:
+    def namespace_activity(self, now: datetime | None = None) -> builtins.list[NamespaceActivity]:
         """Per namespace with a live memory: live count and newest live ``created_at``."""
         self._check()
         return [
@@ -531,7 +534,7 @@ class Store:
 
     # ------------------------------------------------------------------ search
 
-    def _scored(self, hits: list[tuple[Any, float]]) -> list[Scored]:
+    def _scored(self, hits: builtins.list[tuple[Any, float]]) -> builtins.list[Scored]:
         return [Scored(cv.row_to_memory(r), s) for r, s in hits]
 
     def vector_search(
@@ -540,7 +543,7 @@ class Store:
         vector: npt.ArrayLike,
         filter: Filter | None = None,
         k: int = 10,
-    ) -> list[Scored]:
+    ) -> builtins.list[Scored]:
         """The ``k`` nearest memories passing ``filter``, best first.
 
         Exactly ``min(k, matching rows with a vector)`` results; scores computed in f64 from
@@ -562,7 +565,7 @@ class Store:
         vectors: npt.ArrayLike,
         filter: Filter | None = None,
         k: int = 10,
-    ) -> list[list[Scored]]:
+    ) -> builtins.list[builtins.list[Scored]]:
         """`vector_search` for each row of a 2-D array of queries, searched in parallel."""
         self._check()
         k = _k(k)
@@ -573,7 +576,7 @@ class Store:
 
     def keyword_search(
         self, namespace: str, query: str, filter: Filter | None = None, k: int = 10
-    ) -> list[Scored]:
+    ) -> builtins.list[Scored]:
         """BM25 search over content, summary and tags, best first, positive scores.
 
         Any str is a valid query (never parsed as syntax); its words are OR-ed; a query with
@@ -600,12 +603,12 @@ class Store:
         self._check()
         return self._meta.delete_link(src, dst)
 
-    def list_links(self, src: str) -> list[NamespaceLink]:
+    def list_links(self, src: str) -> builtins.list[NamespaceLink]:
         """Links from ``src``, by dst."""
         self._check()
         return self._meta.list_links(src)
 
-    def list_all_links(self) -> list[NamespaceLink]:
+    def list_all_links(self) -> builtins.list[NamespaceLink]:
         """Every link, by (src, dst)."""
         self._check()
         return self._meta.list_all_links()
@@ -636,7 +639,7 @@ class Store:
         self._check()
         return self._meta.delete_api_key(name)
 
-    def list_api_keys(self) -> list[APIKey]:
+    def list_api_keys(self) -> builtins.list[APIKey]:
         """Every key, by name (hashes only)."""
         self._check()
         return self._meta.list_api_keys()
@@ -658,7 +661,7 @@ class Store:
         self._check()
         self._meta.append_events(events)
 
-    def list_events(self, filter: EventFilter | None = None) -> list[Event]:
+    def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]:
         """Events newest first (created_at desc, id desc), as API.md's EventFilter selects."""
         self._check()
         return self._meta.list_events(filter)

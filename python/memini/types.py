@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import numpy as np
+
 from memini.errors import InvalidArgumentError
 
 __all__ = [

@@ -5,7 +5,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::errors::raise;
-use crate::types::{FilterSpec, Level, Memory, MemoryPatch, Micros, NewMemory, Scored, SortKey, Tier};
+use crate::types::{
+    FilterSpec, Level, Memory, MemoryPatch, Micros, NewMemory, Scored, SortKey, Tier,
+};
 
 fn invalid(py: Python<'_>, msg: String) -> PyErr {
     raise(py, "InvalidArgumentError", msg)
@@ -16,13 +18,10 @@ fn field<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> P
     match d.get_item(key)? {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
-        Some(v) => v
-            .extract::<T>()
-            .map(Some)
-            .map_err(|e| {
-                let e: PyErr = e.into();
-                invalid(d.py(), format!("field {key:?}: {e}"))
-            }),
+        Some(v) => v.extract::<T>().map(Some).map_err(|e| {
+            let e: PyErr = e.into();
+            invalid(d.py(), format!("field {key:?}: {e}"))
+        }),
     }
 }
 
@@ -35,19 +34,25 @@ pub fn tier(py: Python<'_>, s: &str) -> PyResult<Tier> {
 }
 
 fn level(py: Python<'_>, s: Option<String>) -> PyResult<Option<Level>> {
-    s.map(|s| Level::parse(&s).map_err(|e| invalid(py, e.to_string()))).transpose()
+    s.map(|s| Level::parse(&s).map_err(|e| invalid(py, e.to_string())))
+        .transpose()
 }
 
 /// A 1-D float32 array (or None) -> owned vector.
-pub fn vector(v: Option<PyReadonlyArray1<'_, f32>>) -> PyResult<Option<Vec<f32>>> {
-    Ok(v.map(|a| a.as_array().iter().copied().collect()))
+pub fn vector(v: Option<PyReadonlyArray1<'_, f32>>) -> Option<Vec<f32>> {
+    v.map(|a| a.as_array().iter().copied().collect())
 }
 
 fn embedding(d: &Bound<'_, PyDict>) -> PyResult<Option<Vec<f32>>> {
     match d.get_item("embedding")? {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
-        Some(v) => vector(Some(v.extract::<PyReadonlyArray1<'_, f32>>().map_err(|e| invalid(d.py(), format!("embedding: {e}")))?)),
+        Some(v) => {
+            let arr = v
+                .extract::<PyReadonlyArray1<'_, f32>>()
+                .map_err(|e| invalid(d.py(), format!("embedding: {e}")))?;
+            Ok(vector(Some(arr)))
+        }
     }
 }
 
@@ -89,7 +94,14 @@ pub fn new_memory(d: &Bound<'_, PyDict>) -> PyResult<NewMemory> {
 }
 
 /// `Some(value)` when the key is present: Some(None) for an explicit None.
-fn opt_field<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Option<T>>> {
+#[allow(
+    clippy::option_option,
+    reason = "Some(None) means: set the optional field to None"
+)]
+fn opt_field<'py, T: FromPyObjectOwned<'py>>(
+    d: &Bound<'py, PyDict>,
+    key: &str,
+) -> PyResult<Option<Option<T>>> {
     if d.contains(key)? {
         field(d, key).map(Some)
     } else {
@@ -104,8 +116,12 @@ pub fn patch(d: &Bound<'_, PyDict>) -> PyResult<MemoryPatch> {
     let fp: Option<String> = field(d, "fingerprint")?;
     Ok(MemoryPatch {
         content: content.map(|c| (c, fp.unwrap_or_default())),
-        tier: field::<String>(d, "tier")?.map(|s| tier(py, &s)).transpose()?,
-        level: opt_field::<String>(d, "level")?.map(|l| level(py, l)).transpose()?,
+        tier: field::<String>(d, "tier")?
+            .map(|s| tier(py, &s))
+            .transpose()?,
+        level: opt_field::<String>(d, "level")?
+            .map(|l| level(py, l))
+            .transpose()?,
         summary: field(d, "summary")?,
         metadata: field(d, "metadata")?,
         tags: field(d, "tags")?,
@@ -119,7 +135,11 @@ pub fn patch(d: &Bound<'_, PyDict>) -> PyResult<MemoryPatch> {
         valid_to: opt_field(d, "valid_to")?,
         confidence: opt_field(d, "confidence")?,
         linked_memory_ids: field(d, "linked_memory_ids")?,
-        embedding: if d.contains("embedding")? { Some(embedding(d)?) } else { None },
+        embedding: if d.contains("embedding")? {
+            Some(embedding(d)?)
+        } else {
+            None
+        },
     })
 }
 
@@ -131,7 +151,10 @@ pub fn filter(d: &Bound<'_, PyDict>) -> PyResult<FilterSpec> {
     let sort_key: Option<String> = field(d, "sort_key")?;
     Ok(FilterSpec {
         tiers: tiers.iter().map(|t| tier(py, t)).collect::<PyResult<_>>()?,
-        levels: levels.into_iter().map(|l| level(py, l)).collect::<PyResult<_>>()?,
+        levels: levels
+            .into_iter()
+            .map(|l| level(py, l))
+            .collect::<PyResult<_>>()?,
         tags: field(d, "tags")?.unwrap_or_default(),
         metadata: field(d, "metadata")?.unwrap_or_default(),
         exclude_metadata: field(d, "exclude_metadata")?.unwrap_or_default(),
@@ -143,7 +166,9 @@ pub fn filter(d: &Bound<'_, PyDict>) -> PyResult<FilterSpec> {
         memory_types: field(d, "memory_types")?.unwrap_or_default(),
         created_after: field(d, "created_after")?,
         accessed_after: field(d, "accessed_after")?,
-        sort_key: sort_key.map(|s| SortKey::parse(&s).map_err(|e| invalid(py, e.to_string()))).transpose()?,
+        sort_key: sort_key
+            .map(|s| SortKey::parse(&s).map_err(|e| invalid(py, e.to_string())))
+            .transpose()?,
         sort_asc: field(d, "sort_asc")?.unwrap_or(false),
     })
 }
@@ -176,7 +201,10 @@ pub fn row<'py>(py: Python<'py>, m: Memory) -> PyResult<Bound<'py, PyDict>> {
 
 /// Memories -> list of row dicts.
 pub fn rows<'py>(py: Python<'py>, ms: Vec<Memory>) -> PyResult<Bound<'py, PyList>> {
-    let items = ms.into_iter().map(|m| row(py, m)).collect::<PyResult<Vec<_>>>()?;
+    let items = ms
+        .into_iter()
+        .map(|m| row(py, m))
+        .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
 }
 

@@ -25,16 +25,34 @@ fn tiers<'py>(py: Python<'py>, ts: Vec<Tier>) -> PyResult<Bound<'py, PyList>> {
 impl PyEngine {
     #[new]
     #[pyo3(signature = (path, dims, metric))]
-    fn new(py: Python<'_>, path: Option<PathBuf>, dims: Option<i64>, metric: Option<String>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        path: Option<PathBuf>,
+        dims: Option<i64>,
+        metric: Option<String>,
+    ) -> PyResult<Self> {
         let dims = match dims {
-            Some(d) if d < 1 => return Err(raise(py, "InvalidArgumentError", format!("dims must be >= 1, got {d}"))),
-            Some(d) => Some(usize::try_from(d).map_err(|_| raise(py, "InvalidArgumentError", "dims is too large".into()))?),
+            Some(d) if d < 1 => {
+                return Err(raise(
+                    py,
+                    "InvalidArgumentError",
+                    format!("dims must be >= 1, got {d}"),
+                ))
+            }
+            Some(d) => Some(
+                usize::try_from(d)
+                    .map_err(|_| raise(py, "InvalidArgumentError", "dims is too large".into()))?,
+            ),
             None => None,
         };
         let metric = metric
-            .map(|m| Metric::parse(&m).map_err(|e| raise(py, "InvalidArgumentError", e.to_string())))
+            .map(|m| {
+                Metric::parse(&m).map_err(|e| raise(py, "InvalidArgumentError", e.to_string()))
+            })
             .transpose()?;
-        let engine = run(py, || Engine::open(path.as_deref(), &Options { dims, metric }))?;
+        let engine = run(py, || {
+            Engine::open(path.as_deref(), &Options { dims, metric })
+        })?;
         Ok(Self { engine })
     }
 
@@ -61,47 +79,102 @@ impl PyEngine {
     }
 
     fn upsert_many(&self, py: Python<'_>, rows: Vec<Bound<'_, PyDict>>) -> PyResult<Vec<bool>> {
-        let ms = rows.iter().map(convert::new_memory).collect::<PyResult<Vec<_>>>()?;
+        let ms = rows
+            .iter()
+            .map(convert::new_memory)
+            .collect::<PyResult<Vec<_>>>()?;
         run(py, || self.engine.upsert_many(ms))
     }
 
-    fn update<'py>(&self, py: Python<'py>, namespace: String, id: String, fields: Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+    fn update<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        id: String,
+        fields: Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let patch = convert::patch(&fields)?;
         let m = run(py, || self.engine.update(&namespace, &id, patch))?;
         convert::row(py, m)
     }
 
-    fn get<'py>(&self, py: Python<'py>, namespace: String, id: String) -> PyResult<Bound<'py, PyDict>> {
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        id: String,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let m = run(py, || self.engine.get(&namespace, &id))?;
         convert::row(py, m)
     }
 
-    fn get_embedding<'py>(&self, py: Python<'py>, namespace: String, id: String) -> PyResult<Option<Bound<'py, numpy::PyArray1<f32>>>> {
+    fn get_embedding<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        id: String,
+    ) -> PyResult<Option<Bound<'py, numpy::PyArray1<f32>>>> {
         let v = run(py, || self.engine.get_embedding(&namespace, &id))?;
         Ok(v.map(|v| convert::array(py, v)))
     }
 
-    fn ids_by_prefix(&self, py: Python<'_>, namespace: String, prefix: String, limit: i64) -> PyResult<Vec<String>> {
+    fn ids_by_prefix(
+        &self,
+        py: Python<'_>,
+        namespace: String,
+        prefix: String,
+        limit: i64,
+    ) -> PyResult<Vec<String>> {
         run(py, || self.engine.ids_by_prefix(&namespace, &prefix, limit))
     }
 
-    fn predecessor_ids(&self, py: Python<'_>, namespace: String, id: String) -> PyResult<Vec<String>> {
+    fn predecessor_ids(
+        &self,
+        py: Python<'_>,
+        namespace: String,
+        id: String,
+    ) -> PyResult<Vec<String>> {
         run(py, || self.engine.predecessor_ids(&namespace, &id))
     }
 
-    fn get_by_fingerprint<'py>(&self, py: Python<'py>, namespace: String, tier: String, fingerprint: String, now: Micros) -> PyResult<Bound<'py, PyDict>> {
+    fn get_by_fingerprint<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        tier: String,
+        fingerprint: String,
+        now: Micros,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let tier = convert::tier(py, &tier)?;
-        let m = run(py, || self.engine.get_by_fingerprint(&namespace, tier, &fingerprint, now))?;
+        let m = run(py, || {
+            self.engine
+                .get_by_fingerprint(&namespace, tier, &fingerprint, now)
+        })?;
         convert::row(py, m)
     }
 
-    fn delete<'py>(&self, py: Python<'py>, namespace: String, id: String) -> PyResult<Bound<'py, PyDict>> {
+    fn delete<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        id: String,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let m = run(py, || self.engine.delete(&namespace, &id))?;
         convert::row(py, m)
     }
 
-    fn set_superseded(&self, py: Python<'_>, namespace: String, id: String, superseded_by: String, now: Micros) -> PyResult<()> {
-        run(py, || self.engine.set_superseded(&namespace, &id, &superseded_by, now))
+    fn set_superseded(
+        &self,
+        py: Python<'_>,
+        namespace: String,
+        id: String,
+        superseded_by: String,
+        now: Micros,
+    ) -> PyResult<()> {
+        run(py, || {
+            self.engine
+                .set_superseded(&namespace, &id, &superseded_by, now)
+        })
     }
 
     fn restore(&self, py: Python<'_>, namespace: String, id: String) -> PyResult<()> {
@@ -109,32 +182,73 @@ impl PyEngine {
     }
 
     #[pyo3(signature = (namespace, ids, accessed_at, new_expiry))]
-    fn reinforce(&self, py: Python<'_>, namespace: String, ids: Vec<String>, accessed_at: Micros, new_expiry: Option<Micros>) -> PyResult<()> {
-        run(py, || self.engine.reinforce(&namespace, ids, accessed_at, new_expiry))
+    fn reinforce(
+        &self,
+        py: Python<'_>,
+        namespace: String,
+        ids: Vec<String>,
+        accessed_at: Micros,
+        new_expiry: Option<Micros>,
+    ) -> PyResult<()> {
+        run(py, || {
+            self.engine
+                .reinforce(&namespace, ids, accessed_at, new_expiry)
+        })
     }
 
-    fn delete_if_expired_before<'py>(&self, py: Python<'py>, namespace: String, id: String, cutoff: Micros) -> PyResult<Bound<'py, PyDict>> {
-        let m = run(py, || self.engine.delete_if_expired_before(&namespace, &id, cutoff))?;
+    fn delete_if_expired_before<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        id: String,
+        cutoff: Micros,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let m = run(py, || {
+            self.engine
+                .delete_if_expired_before(&namespace, &id, cutoff)
+        })?;
         convert::row(py, m)
     }
 
-    fn list_expired<'py>(&self, py: Python<'py>, now: Micros, limit: i64) -> PyResult<Bound<'py, PyList>> {
+    fn list_expired<'py>(
+        &self,
+        py: Python<'py>,
+        now: Micros,
+        limit: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
         let ms = run(py, || self.engine.list_expired(now, limit))?;
         convert::rows(py, ms)
     }
 
-    fn list<'py>(&self, py: Python<'py>, namespace: String, filter: Bound<'py, PyDict>, limit: i64, offset: i64) -> PyResult<Bound<'py, PyList>> {
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        filter: Bound<'py, PyDict>,
+        limit: i64,
+        offset: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
         let spec = convert::filter(&filter)?;
         let ms = run(py, || self.engine.list(&namespace, &spec, limit, offset))?;
         convert::rows(py, ms)
     }
 
-    fn count(&self, py: Python<'_>, namespace: String, filter: Bound<'_, PyDict>) -> PyResult<usize> {
+    fn count(
+        &self,
+        py: Python<'_>,
+        namespace: String,
+        filter: Bound<'_, PyDict>,
+    ) -> PyResult<usize> {
         let spec = convert::filter(&filter)?;
         run(py, || self.engine.count(&namespace, &spec))
     }
 
-    fn sweep_expired<'py>(&self, py: Python<'py>, now: Micros, limit: i64) -> PyResult<Bound<'py, PyList>> {
+    fn sweep_expired<'py>(
+        &self,
+        py: Python<'py>,
+        now: Micros,
+        limit: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
         let ts = run(py, || self.engine.sweep_expired(now, limit))?;
         tiers(py, ts)
     }
@@ -143,30 +257,71 @@ impl PyEngine {
         run(py, || self.engine.list_namespaces())
     }
 
-    fn delete_namespace<'py>(&self, py: Python<'py>, namespace: String) -> PyResult<Bound<'py, PyList>> {
+    fn delete_namespace<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+    ) -> PyResult<Bound<'py, PyList>> {
         let ts = run(py, || self.engine.delete_namespace(&namespace))?;
         tiers(py, ts)
     }
 
-    fn reassign(&self, py: Python<'_>, from_ns: String, ids: Vec<String>, to_ns: String) -> PyResult<usize> {
+    fn reassign(
+        &self,
+        py: Python<'_>,
+        from_ns: String,
+        ids: Vec<String>,
+        to_ns: String,
+    ) -> PyResult<usize> {
         run(py, || self.engine.reassign(&from_ns, ids, &to_ns))
     }
 
     #[pyo3(signature = (namespace, id, tier, expires_at))]
-    fn retier(&self, py: Python<'_>, namespace: String, id: String, tier: String, expires_at: Option<Micros>) -> PyResult<()> {
+    fn retier(
+        &self,
+        py: Python<'_>,
+        namespace: String,
+        id: String,
+        tier: String,
+        expires_at: Option<Micros>,
+    ) -> PyResult<()> {
         let tier = convert::tier(py, &tier)?;
         run(py, || self.engine.retier(&namespace, &id, tier, expires_at))
     }
 
-    fn set_confidence(&self, py: Python<'_>, namespace: String, id: String, confidence: f64, now: Micros) -> PyResult<()> {
-        run(py, || self.engine.set_confidence(&namespace, &id, confidence, now))
+    fn set_confidence(
+        &self,
+        py: Python<'_>,
+        namespace: String,
+        id: String,
+        confidence: f64,
+        now: Micros,
+    ) -> PyResult<()> {
+        run(py, || {
+            self.engine.set_confidence(&namespace, &id, confidence, now)
+        })
     }
 
-    fn mark_contradicted(&self, py: Python<'_>, namespace: String, id: String, contradicted_by: String, confidence: f64, now: Micros) -> PyResult<()> {
-        run(py, || self.engine.mark_contradicted(&namespace, &id, &contradicted_by, confidence, now))
+    fn mark_contradicted(
+        &self,
+        py: Python<'_>,
+        namespace: String,
+        id: String,
+        contradicted_by: String,
+        confidence: f64,
+        now: Micros,
+    ) -> PyResult<()> {
+        run(py, || {
+            self.engine
+                .mark_contradicted(&namespace, &id, &contradicted_by, confidence, now)
+        })
     }
 
-    fn namespace_activity(&self, py: Python<'_>, now: Micros) -> PyResult<Vec<(String, usize, Micros)>> {
+    fn namespace_activity(
+        &self,
+        py: Python<'_>,
+        now: Micros,
+    ) -> PyResult<Vec<(String, usize, Micros)>> {
         run(py, || self.engine.namespace_activity(now))
     }
 
@@ -216,31 +371,61 @@ impl PyEngine {
         run(py, || self.engine.compact())
     }
 
-    fn vector_search<'py>(&self, py: Python<'py>, namespace: String, vector: PyReadonlyArray1<'py, f32>, filter: Bound<'py, PyDict>, k: i64) -> PyResult<Bound<'py, PyList>> {
-        let q = convert::vector(Some(vector))?.unwrap_or_default();
+    fn vector_search<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        vector: PyReadonlyArray1<'py, f32>,
+        filter: Bound<'py, PyDict>,
+        k: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let q = convert::vector(Some(vector)).unwrap_or_default();
         let spec = convert::filter(&filter)?;
         let k = usize::try_from(k).unwrap_or(0);
         let hits = run(py, || self.engine.vector_search(&namespace, &q, &spec, k))?;
         convert::hits(py, hits)
     }
 
-    fn vector_search_many<'py>(&self, py: Python<'py>, namespace: String, vectors: PyReadonlyArray2<'py, f32>, filter: Bound<'py, PyDict>, k: i64) -> PyResult<Bound<'py, PyList>> {
+    fn vector_search_many<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        vectors: PyReadonlyArray2<'py, f32>,
+        filter: Bound<'py, PyDict>,
+        k: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
         let arr = vectors.as_array();
-        let qs: Vec<Vec<f32>> = arr.rows().into_iter().map(|r| r.iter().copied().collect()).collect();
+        let qs: Vec<Vec<f32>> = arr
+            .rows()
+            .into_iter()
+            .map(|r| r.iter().copied().collect())
+            .collect();
         let spec = convert::filter(&filter)?;
         let k = usize::try_from(k).unwrap_or(0);
         let results = run(py, || {
             let refs: Vec<&[f32]> = qs.iter().map(Vec::as_slice).collect();
             self.engine.vector_search_many(&namespace, &refs, &spec, k)
         })?;
-        let lists = results.into_iter().map(|h| convert::hits(py, h)).collect::<PyResult<Vec<_>>>()?;
+        let lists = results
+            .into_iter()
+            .map(|h| convert::hits(py, h))
+            .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, lists)
     }
 
-    fn keyword_search<'py>(&self, py: Python<'py>, namespace: String, query: String, filter: Bound<'py, PyDict>, k: i64) -> PyResult<Bound<'py, PyList>> {
+    fn keyword_search<'py>(
+        &self,
+        py: Python<'py>,
+        namespace: String,
+        query: String,
+        filter: Bound<'py, PyDict>,
+        k: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
         let spec = convert::filter(&filter)?;
         let k = usize::try_from(k).unwrap_or(0);
-        let hits = run(py, || self.engine.keyword_search(&namespace, &query, &spec, k))?;
+        let hits = run(py, || {
+            self.engine.keyword_search(&namespace, &query, &spec, k)
+        })?;
         convert::hits(py, hits)
     }
 }

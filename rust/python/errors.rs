@@ -46,7 +46,11 @@ pub fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> crate::Result<T> + Send)
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            Err(raise(py, "MeminiError", format!("internal error in the memini core (please report it): {what}")))
+            Err(raise(
+                py,
+                "MeminiError",
+                format!("internal error in the memini core (please report it): {what}"),
+            ))
         }
     }
 }

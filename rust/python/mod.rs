@@ -4,6 +4,11 @@
 //! (`convert`), (b) run the core with the GIL released, converting the error in one place
 //! (`errors::run`), (c) build the Python result.
 
+#![allow(
+    clippy::needless_pass_by_value,
+    reason = "pyo3 extracts arguments into owned values: step (a) of every binding method"
+)]
+
 mod convert;
 mod engine;
 mod errors;

@@ -1,3 +1,9 @@
+#![allow(
+    clippy::cast_precision_loss,
+    clippy::unwrap_used,
+    reason = "test data: small integers made into floats"
+)]
+
 //! Core tests: the engine without Python.
 
 use memini::{Engine, FilterSpec, Memory, MemoryPatch, Metric, NewMemory, Options, Tier};
@@ -38,22 +44,39 @@ fn mem(id: &str, ns: &str, content: &str, vector: Option<Vec<f32>>) -> NewMemory
 }
 
 fn live() -> FilterSpec {
-    FilterSpec { now: now(), ..FilterSpec::default() }
+    FilterSpec {
+        now: now(),
+        ..FilterSpec::default()
+    }
 }
 
 fn opts(dims: usize) -> Options {
-    Options { dims: Some(dims), metric: Some(Metric::L2) }
+    Options {
+        dims: Some(dims),
+        metric: Some(Metric::L2),
+    }
 }
 
 #[test]
 fn upsert_get_update_delete() {
     let e = Engine::open(None, &opts(2)).unwrap();
-    assert_eq!(e.upsert_many(vec![mem("a", "n", "hello cats", Some(vec![1.0, 0.0]))]).unwrap(), vec![true]);
-    assert_eq!(e.upsert_many(vec![mem("a", "n", "hello dogs", Some(vec![0.0, 1.0]))]).unwrap(), vec![false]);
+    assert_eq!(
+        e.upsert_many(vec![mem("a", "n", "hello cats", Some(vec![1.0, 0.0]))])
+            .unwrap(),
+        vec![true]
+    );
+    assert_eq!(
+        e.upsert_many(vec![mem("a", "n", "hello dogs", Some(vec![0.0, 1.0]))])
+            .unwrap(),
+        vec![false]
+    );
     let got = e.get("n", "a").unwrap();
     assert_eq!(got.content, "hello dogs");
     assert!(e.get("other", "a").is_err());
-    let patch = MemoryPatch { summary: Some("s".into()), ..MemoryPatch::default() };
+    let patch = MemoryPatch {
+        summary: Some("s".into()),
+        ..MemoryPatch::default()
+    };
     assert_eq!(e.update("n", "a", patch).unwrap().summary, "s");
     assert_eq!(e.get_embedding("n", "a").unwrap(), Some(vec![0.0, 1.0]));
     e.delete("n", "a").unwrap();
@@ -64,7 +87,9 @@ fn upsert_get_update_delete() {
 fn conflict_across_namespaces_writes_nothing() {
     let e = Engine::open(None, &opts(2)).unwrap();
     e.upsert_many(vec![mem("a", "n1", "x", None)]).unwrap();
-    let err = e.upsert_many(vec![mem("b", "n2", "y", None), mem("a", "n2", "z", None)]).unwrap_err();
+    let err = e
+        .upsert_many(vec![mem("b", "n2", "y", None), mem("a", "n2", "z", None)])
+        .unwrap_err();
     assert!(matches!(err, memini::Error::Conflict(_)));
     assert!(e.get("n2", "b").is_err(), "batch is all or nothing");
 }
@@ -74,21 +99,37 @@ fn filters_and_searches_agree_with_a_scan() {
     let e = Engine::open(None, &opts(4)).unwrap();
     let mut batch = Vec::new();
     for i in 0..5000u32 {
-        let v: Vec<f32> = (0..4).map(|j| ((i * 7 + j * 13) % 101) as f32 / 101.0).collect();
-        let mut m = mem(&format!("m{i:05}"), "ns", &format!("word{} common", i % 50), Some(v));
+        let v: Vec<f32> = (0..4)
+            .map(|j| ((i * 7 + j * 13) % 101) as f32 / 101.0)
+            .collect();
+        let mut m = mem(
+            &format!("m{i:05}"),
+            "ns",
+            &format!("word{} common", i % 50),
+            Some(v),
+        );
         if i % 100 == 0 {
             m.memory.tags.push("rare".into());
         }
         batch.push(m);
     }
     e.upsert_many(batch).unwrap();
-    let spec = FilterSpec { tags: vec!["rare".into()], ..live() };
+    let spec = FilterSpec {
+        tags: vec!["rare".into()],
+        ..live()
+    };
     assert_eq!(e.count("ns", &spec).unwrap(), 50);
-    let hits = e.vector_search("ns", &[0.5, 0.5, 0.5, 0.5], &spec, 10).unwrap();
+    let hits = e
+        .vector_search("ns", &[0.5, 0.5, 0.5, 0.5], &spec, 10)
+        .unwrap();
     assert_eq!(hits.len(), 10);
-    assert!(hits.iter().all(|h| h.memory.tags.contains(&"rare".to_string())));
+    assert!(hits
+        .iter()
+        .all(|h| h.memory.tags.contains(&"rare".to_string())));
     assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
-    let unfiltered = e.vector_search("ns", &[0.5, 0.5, 0.5, 0.5], &live(), 10).unwrap();
+    let unfiltered = e
+        .vector_search("ns", &[0.5, 0.5, 0.5, 0.5], &live(), 10)
+        .unwrap();
     assert_eq!(unfiltered.len(), 10);
     let kw = e.keyword_search("ns", "word7", &live(), 1000).unwrap();
     assert_eq!(kw.len(), 100);
@@ -101,7 +142,16 @@ fn reopen_keeps_rows_and_indexes() {
     let dir = tempfile::tempdir().unwrap();
     {
         let e = Engine::open(Some(dir.path()), &opts(3)).unwrap();
-        let batch = (0..3000).map(|i| mem(&format!("id{i}"), "ns", &format!("text {i} apple"), Some(vec![i as f32, 1.0, 2.0]))).collect();
+        let batch = (0..3000)
+            .map(|i| {
+                mem(
+                    &format!("id{i}"),
+                    "ns",
+                    &format!("text {i} apple"),
+                    Some(vec![i as f32, 1.0, 2.0]),
+                )
+            })
+            .collect();
         e.upsert_many(batch).unwrap();
         e.delete("ns", "id5").unwrap();
         e.close().unwrap();
@@ -112,17 +162,31 @@ fn reopen_keeps_rows_and_indexes() {
     let hits = e.vector_search("ns", &[5.0, 1.0, 2.0], &live(), 3).unwrap();
     assert_eq!(hits.len(), 3);
     assert_ne!(hits[0].memory.id, "id5");
-    assert_eq!(e.keyword_search("ns", "apple", &live(), 5000).unwrap().len(), 2999);
+    assert_eq!(
+        e.keyword_search("ns", "apple", &live(), 5000)
+            .unwrap()
+            .len(),
+        2999
+    );
 }
 
 #[test]
 fn second_open_is_locked_and_dims_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open(Some(dir.path()), &opts(3)).unwrap();
-    assert!(matches!(Engine::open(Some(dir.path()), &opts(3)), Err(memini::Error::Locked(_))));
+    assert!(matches!(
+        Engine::open(Some(dir.path()), &opts(3)),
+        Err(memini::Error::Locked(_))
+    ));
     e.close().unwrap();
-    assert!(matches!(Engine::open(Some(dir.path()), &opts(4)), Err(memini::Error::DimensionMismatch(_))));
-    assert!(matches!(Engine::open(None, &Options::default()), Err(memini::Error::InvalidArgument(_))));
+    assert!(matches!(
+        Engine::open(Some(dir.path()), &opts(4)),
+        Err(memini::Error::DimensionMismatch(_))
+    ));
+    assert!(matches!(
+        Engine::open(None, &Options::default()),
+        Err(memini::Error::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -131,11 +195,15 @@ fn expiry_supersession_and_as_of() {
     let t = now();
     let mut old = mem("old", "n", "x", None);
     old.memory.expires_at = Some(t - 1);
-    e.upsert_many(vec![old, mem("keep", "n", "y", None)]).unwrap();
+    e.upsert_many(vec![old, mem("keep", "n", "y", None)])
+        .unwrap();
     assert_eq!(e.count("n", &live()).unwrap(), 1);
     e.set_superseded("n", "keep", "other", t).unwrap();
     assert_eq!(e.count("n", &live()).unwrap(), 0);
-    let past = FilterSpec { as_of: Some(t - 10), ..live() };
+    let past = FilterSpec {
+        as_of: Some(t - 10),
+        ..live()
+    };
     // as of before valid_to and expiry: both rows were live then
     assert_eq!(e.count("n", &past).unwrap(), 2);
     assert_eq!(e.sweep_expired(t, 0).unwrap(), vec![Tier::Semantic]);

@@ -1,0 +1,255 @@
+"""Keyword search: memini (BM25, tantivy inside) next to raw tantivy-py and SQLite FTS5.
+
+The 1000 queries are two words each, drawn with a seeded RNG from the held-out query rows'
+texts (`Dataset.keyword_queries`), words OR-ed, k=10. Peers index the same texts:
+
+- tantivy-py: field ``content`` with the built-in ``en_stem`` analyzer (simple tokenizer,
+  lowercase, English stemmer), one committed index on disk, query parsed per call with
+  ``Index.parse_query`` (OR of the words), top 10 with the stored id fetched per hit;
+- SQLite FTS5 (Python's sqlite3): ``tokenize='porter unicode61'``, ``MATCH '"a" OR "b"'``,
+  ``ORDER BY bm25(docs) LIMIT 10``, id + score per hit, on disk.
+
+memini returns full `Scored` memories for each hit (the API's only shape), so its numbers
+include materialising 10 rows per query; the peers return ids only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import _data as D
+import numpy as np
+import pytest
+
+ROUNDS = 3
+_QPS: dict[str, float] = {}
+
+
+def _memini_pass(store: Any, queries: list[str], flt: Any = None) -> list[list[Any]]:
+    return [store.keyword_search(D.NS, q, flt, D.K) for q in queries]
+
+
+def _memini_qps(main: D.MainStore, data: D.Dataset) -> float:
+    """memini's unfiltered keyword QPS (measured once per session)."""
+    if "all" not in _QPS:
+        qs = data.keyword_queries
+        _QPS["all"] = len(qs) / D.best_of(lambda: _memini_pass(main.store, qs), ROUNDS)
+    return _QPS["all"]
+
+
+@pytest.fixture(scope="module")
+def tantivy_index(data: D.Dataset, bench_dir: Path) -> tuple[Any, Any, float]:
+    """tantivy-py index of the stored texts; (index, searcher, build seconds)."""
+    import tantivy
+
+    schema = (
+        tantivy.SchemaBuilder()
+        .add_text_field("id", stored=True, tokenizer_name="raw")
+        .add_text_field("content", tokenizer_name="en_stem")
+        .build()
+    )
+    path = bench_dir / "tantivy"
+    path.mkdir()
+    t0 = time.perf_counter()
+    index = tantivy.Index(schema, path=str(path))
+    writer = index.writer(heap_size=128_000_000, num_threads=1)
+    for i, text in enumerate(data.texts):
+        writer.add_document(tantivy.Document(id=D.row_id(i), content=text))
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    return index, index.searcher(), time.perf_counter() - t0
+
+
+def _tantivy_pass(index: Any, searcher: Any, queries: list[str]) -> list[list[str]]:
+    out = []
+    for q in queries:
+        hits = searcher.search(index.parse_query(q, ["content"]), D.K).hits
+        out.append([searcher.doc(addr)["id"][0] for _, addr in hits])
+    return out
+
+
+@pytest.fixture(scope="module")
+def fts5(data: D.Dataset, bench_dir: Path) -> tuple[sqlite3.Connection, float]:
+    """SQLite FTS5 table of the stored texts; (connection, build seconds)."""
+    t0 = time.perf_counter()
+    con = sqlite3.connect(bench_dir / "fts5.sqlite3", check_same_thread=False)
+    con.execute(
+        "CREATE VIRTUAL TABLE docs USING fts5(id UNINDEXED, content, tokenize='porter unicode61')"
+    )
+    with con:
+        con.executemany(
+            "INSERT INTO docs(id, content) VALUES (?, ?)",
+            ((D.row_id(i), t) for i, t in enumerate(data.texts)),
+        )
+    yield con, time.perf_counter() - t0
+    con.close()
+
+
+def _fts5_pass(con: sqlite3.Connection, queries: list[str]) -> list[list[str]]:
+    sql = "SELECT id, bm25(docs) FROM docs WHERE docs MATCH ? ORDER BY bm25(docs) LIMIT 10"
+    out = []
+    for q in queries:
+        a, b = q.split()
+        out.append([r[0] for r in con.execute(sql, (f'"{a}" OR "{b}"',))])
+    return out
+
+
+def _overlap(a: list[list[Any]], b: list[list[Any]]) -> float:
+    """Mean top-10 overlap between two engines' result id lists (analyzers differ a bit)."""
+    return float(
+        np.mean([len(set(x) & set(y)) / max(1, len(y)) for x, y in zip(a, b, strict=True)])
+    )
+
+
+def test_keyword_vs_tantivy(
+    benchmark: Any, data: D.Dataset, main: D.MainStore, tantivy_index: tuple[Any, Any, float]
+) -> None:
+    """Unfiltered keyword QPS (1 thread) vs raw tantivy-py; goal >= 0.5x."""
+    benchmark.group = "keyword: search (1000 queries/round)"
+    qs = data.keyword_queries
+    found: list[list[Any]] = []
+
+    def run() -> None:
+        found[:] = _memini_pass(main.store, qs)
+
+    qps = len(qs) / D.timed_rounds(benchmark, run, ROUNDS)
+    _QPS["all"] = qps
+    index, searcher, build = tantivy_index
+    peer_ids: list[list[str]] = []
+
+    def peer() -> None:
+        peer_ids[:] = _tantivy_pass(index, searcher, qs)
+
+    peer_qps = len(qs) / D.best_of(peer, ROUNDS)
+    ours = [[h.memory.id for h in r] for r in found]
+    D.report(
+        benchmark,
+        "keyword QPS",
+        qps,
+        "q/s",
+        peer=peer_qps,
+        peer_name="tantivy-py",
+        ratio=qps / peer_qps,
+        goal=">= 0.5x",
+        met=qps / peer_qps >= 0.5,
+        note=f"top-10 overlap with tantivy {_overlap(ours, peer_ids):.2f}; "
+        f"tantivy build {build:.1f} s; mean hits/query memini "
+        f"{np.mean([len(r) for r in found]):.1f}, tantivy {np.mean([len(r) for r in peer_ids]):.1f}",
+        top10_overlap_tantivy=_overlap(ours, peer_ids),
+    )
+
+
+def test_keyword_vs_fts5(
+    benchmark: Any, data: D.Dataset, main: D.MainStore, fts5: tuple[sqlite3.Connection, float]
+) -> None:
+    """Unfiltered keyword QPS vs SQLite FTS5 (porter unicode61, bm25, LIMIT 10); goal >= 10x.
+    The table row times FTS5 (one round); memini's QPS comes from the tantivy test."""
+    benchmark.group = "keyword: search (1000 queries/round)"
+    qs = data.keyword_queries
+    con, build = fts5
+    peer_ids: list[list[str]] = []
+
+    def peer() -> None:
+        peer_ids[:] = _fts5_pass(con, qs)
+
+    peer_qps = len(qs) / D.timed_rounds(benchmark, peer, 1)
+    qps = _memini_qps(main, data)
+    ours = [[h.memory.id for h in r] for r in _memini_pass(main.store, qs)]
+    D.report(
+        benchmark,
+        "keyword QPS",
+        qps,
+        "q/s",
+        peer=peer_qps,
+        peer_name="SQLite FTS5",
+        ratio=qps / peer_qps,
+        goal=">= 10x",
+        met=qps / peer_qps >= 10,
+        note=f"top-10 overlap with FTS5 {_overlap(ours, peer_ids):.2f}; FTS5 build {build:.1f} s",
+        top10_overlap_fts5=_overlap(ours, peer_ids),
+    )
+
+
+def test_keyword_filtered_1pct(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
+    """Keyword search under the 1% tag filter (``p1``) vs unfiltered; goal >= 0.3x. Result
+    lists must be full: k=10 returns min(10, matches), matches counted with k = all p1 rows
+    (checked on the first 200 queries)."""
+    from memini import Filter
+
+    benchmark.group = "keyword: search (1000 queries/round)"
+    qs = data.keyword_queries
+    f = Filter(tags=["p1"])
+    found: list[list[Any]] = []
+
+    def run() -> None:
+        found[:] = _memini_pass(main.store, qs, f)
+
+    qps = len(qs) / D.timed_rounds(benchmark, run, ROUNDS)
+    n_p1 = int(data.mask("p1").sum())
+    checked = 200
+    full = 0
+    for q, r in zip(qs[:checked], found[:checked], strict=True):
+        everything = main.store.keyword_search(D.NS, q, f, n_p1 + 1)
+        full += len(r) == min(D.K, len(everything))
+    assert all("p1" in h.memory.tags for r in found for h in r)
+    base = _memini_qps(main, data)
+    D.report(
+        benchmark,
+        "keyword QPS p1 (1%) / unfiltered",
+        qps,
+        "q/s",
+        peer=base,
+        peer_name="memini unfiltered",
+        ratio=qps / base,
+        goal=">= 0.3x",
+        met=qps / base >= 0.3,
+        full_result_lists=full / checked,
+        note=f"full result lists {full}/{checked}; mean hits/query "
+        f"{np.mean([len(r) for r in found]):.2f}",
+    )
+    assert full == checked, f"only {full}/{checked} filtered result lists full"
+
+
+def test_write_then_search(
+    benchmark: Any, data: D.Dataset, main: D.MainStore, fsync_ms: float
+) -> None:
+    """Alternate 1 durable `upsert` : 1 `keyword_search` that must see the write (goal >=
+    300 pairs/s). Each written row is keyword-only (no vector: the vector index is left
+    alone) in ``main``, content = a held-out text prefixed with a unique token; the search
+    is that token + a word of the text and must rank the new row first."""
+    from memini import Memory
+
+    benchmark.group = "keyword: write + search"
+    n_pairs = 300
+    counter = iter(range(10**9))
+    store = main.store
+
+    def run() -> None:
+        for _ in range(n_pairs):
+            j = next(counter)
+            text = data.query_texts[j % D.N_QUERIES]
+            token = f"zqw{j:06d}"
+            store.upsert(Memory(id=f"w{j:06d}", namespace=D.NS, content=f"{token} {text}"))
+            word = data.keyword_queries[j % D.N_QUERIES].split()[0]
+            hits = store.keyword_search(D.NS, f"{token} {word}", None, D.K)
+            assert hits and hits[0].memory.id == f"w{j:06d}", "search did not see the write"
+
+    pairs = n_pairs / D.timed_rounds(benchmark, run, ROUNDS)
+    bound = 1000.0 / fsync_ms
+    D.report(
+        benchmark,
+        "upsert+keyword_search pairs",
+        pairs,
+        "pairs/s",
+        peer=bound,
+        peer_name="1/fsync",
+        ratio=pairs / bound,
+        goal=">= 300/s",
+        met=pairs >= 300,
+        fsync_ms=round(fsync_ms, 3),
+        note=f"disk fsync median {fsync_ms:.2f} ms",
+    )

@@ -1,0 +1,460 @@
+"""Vector search: memini next to raw usearch (same HNSW parameters) and an exact numpy scan.
+
+Queries are the 1000 held-out rows, k=10, metric cos. QPS is single-threaded, one
+`vector_search` call per query from Python (results materialised as `Scored` memories);
+the usearch peer pays its own Python call per query (`Index.search`, keys only) and the
+numpy peer is a single-threaded matrix-vector scan + argpartition. Recall is tie-aware
+against the exact scan (see `_data.py`). Every QPS is the best of a few passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import _data as D
+import numpy as np
+import pytest
+
+BREADTHS = (16, 24, 32, 48, 64, 96, 128)
+DEFAULT_BREADTH = 64
+TARGET_RECALL = 0.95
+ROUNDS = 3
+# per-session measurements other tests compare against
+_QPS: dict[str, float] = {}
+_SWEEP: dict[str, list[tuple[int, float, float]]] = {}
+
+
+def _ids(hits: list[Any]) -> list[int]:
+    return [D.row_of(h.memory.id) for h in hits]
+
+
+def _memini_pass(store: Any, data: D.Dataset, flt: Any = None, ns: str = D.NS) -> list[list[int]]:
+    return [_ids(store.vector_search(ns, q, flt, D.K)) for q in data.queries]
+
+
+def _usearch_pass(index: Any, data: D.Dataset) -> list[list[int]]:
+    return [index.search(q, D.K).keys.tolist() for q in data.queries]
+
+
+def _numpy_pass(base: np.ndarray, qunit: np.ndarray) -> list[np.ndarray]:
+    out = []
+    for q in qunit:
+        sims = base @ q
+        top = np.argpartition(-sims, D.K - 1)[: D.K]
+        out.append(top[np.argsort(-sims[top])])
+    return out
+
+
+def _numpy_qps(data: D.Dataset, mask_name: str, n_queries: int = 200) -> float:
+    """Exact-scan QPS over the pre-selected rows of the filter (single thread)."""
+    base = data.unit[data.mask(mask_name)]
+    qs = data.qunit[:n_queries]
+    return n_queries / D.best_of(lambda: _numpy_pass(base, qs), 2)
+
+
+def _unfiltered_qps(main: D.MainStore, data: D.Dataset) -> float:
+    """memini's single-thread unfiltered QPS at the default breadth (measured once)."""
+    if "all" not in _QPS:
+        _QPS["all"] = D.N_QUERIES / D.best_of(lambda: _memini_pass(main.store, data), ROUNDS)
+    return _QPS["all"]
+
+
+def test_upsert_many_vs_usearch_add(
+    benchmark: Any, data: D.Dataset, builds: D.Builds, main: D.MainStore
+) -> None:
+    """Raw usearch single-thread add of every stored row (timed here) vs memini's
+    upsert_many rate from the main store's build (vectors + text + tags, durable)."""
+    benchmark.group = "vector: build"
+    _, seconds = D.timed_build(
+        benchmark, builds, "usearch", lambda: D.build_usearch(data), lambda: D.build_usearch(data)
+    )
+    peer = data.n / seconds
+    ours = data.n / main.build_seconds
+    D.report(
+        benchmark,
+        "upsert_many vs usearch add (1 thread)",
+        ours,
+        "rows/s",
+        peer=peer,
+        peer_name="usearch add",
+        ratio=ours / peer,
+        goal=">= 1.0x",
+        met=ours >= peer,
+    )
+
+
+@pytest.mark.parametrize("mask_name", ["all", "p10", "p1", "p01"])
+def test_vector_search(
+    benchmark: Any, data: D.Dataset, main: D.MainStore, usearch_index: Any, mask_name: str
+) -> None:
+    """recall@10 and single-thread QPS, unfiltered and under the 10%/1%/0.1% tag filters,
+    at the default search breadth; peer: exact numpy scan of the same rows."""
+    from memini import Filter
+
+    benchmark.group = "vector: search (1000 queries/round)"
+    store = main.store
+    flt = None if mask_name == "all" else Filter(tags=[mask_name])
+    found: list[list[int]] = []
+
+    def run() -> None:
+        found[:] = _memini_pass(store, data, flt)
+
+    qps = D.N_QUERIES / D.timed_rounds(benchmark, run, ROUNDS)
+    recall = data.recall(found, mask_name)
+    want = min(D.K, int(data.mask(mask_name).sum()))
+    full = sum(len(r) == want for r in found) / len(found)
+    label = "unfiltered" if mask_name == "all" else f"{mask_name} ({D.TAG_FILTERS[mask_name][1]})"
+    D.report(
+        benchmark,
+        f"recall@10 {label}",
+        recall,
+        "recall",
+        goal=">= 0.95",
+        met=recall >= 0.95,
+        full_result_lists=full,
+    )
+    assert full == 1.0, "a filter must never make vector_search return fewer than min(k, n)"
+    np_qps = _numpy_qps(data, mask_name)
+    if mask_name == "all":
+        _QPS["all"] = qps
+        usearch_index.expansion_search = DEFAULT_BREADTH
+        urec = data.recall(_usearch_pass(usearch_index, data))
+        D.report(
+            benchmark,
+            "QPS unfiltered (breadth 64)",
+            qps,
+            "q/s",
+            peer=np_qps,
+            peer_name="numpy exact",
+            ratio=qps / np_qps,
+            usearch_recall_at_64=urec,
+        )
+        return
+    base = _unfiltered_qps(main, data)
+    goal = {"p10": 0.5, "p1": 0.8}.get(mask_name)
+    D.report(
+        benchmark,
+        f"QPS {label} / unfiltered",
+        qps,
+        "q/s",
+        peer=base,
+        peer_name="memini unfiltered",
+        ratio=qps / base,
+        goal=f">= {goal}x" if goal else "",
+        met=None if goal is None else qps / base >= goal,
+        note=f"numpy exact scan of the same rows: {np_qps:,.0f} q/s "
+        f"(memini/numpy {qps / np_qps:.2f}x)",
+    )
+
+
+def _sweep(
+    engine: str, data: D.Dataset, main: D.MainStore, index: Any
+) -> list[tuple[int, float, float]]:
+    """(breadth, recall@10, QPS) for each breadth; memini's breadth is set on the open
+    store's engine (what `Store.open(search_breadth=...)` sets), then reset to 64."""
+    if engine not in _SWEEP:
+        points = []
+        for b in BREADTHS:
+            found: list[list[int]] = []
+            if engine == "memini":
+                main.store._engine.set_search_breadth(b)
+
+                def run() -> None:
+                    found[:] = _memini_pass(main.store, data)
+            else:
+                index.expansion_search = b
+
+                def run() -> None:
+                    found[:] = _usearch_pass(index, data)
+
+            seconds = D.best_of(run, 2)
+            points.append((b, data.recall(found), D.N_QUERIES / seconds))
+        if engine == "memini":
+            main.store._engine.set_search_breadth(DEFAULT_BREADTH)
+        else:
+            index.expansion_search = DEFAULT_BREADTH
+        _SWEEP[engine] = points
+    return _SWEEP[engine]
+
+
+def _operating_point(points: list[tuple[int, float, float]]) -> tuple[int, float, float]:
+    """The first breadth reaching the target recall (else the most accurate one)."""
+    for p in points:
+        if p[1] >= TARGET_RECALL:
+            return p
+    return max(points, key=lambda p: p[1])
+
+
+def test_qps_at_equal_recall(
+    benchmark: Any, data: D.Dataset, main: D.MainStore, usearch_index: Any
+) -> None:
+    """Sweep both breadths (memini search_breadth, usearch expansion_search) and compare
+    single-thread QPS where each first reaches recall@10 >= 0.95; the table row times memini
+    at its operating point."""
+    benchmark.group = "vector: QPS at recall 0.95 (1000 queries/round)"
+    ours = _sweep("memini", data, main, usearch_index)
+    peer = _sweep("usearch", data, main, usearch_index)
+    ob, orec, _ = _operating_point(ours)
+    pb, prec, pqps = _operating_point(peer)
+    main.store._engine.set_search_breadth(ob)
+    try:
+        qps = D.N_QUERIES / D.timed_rounds(
+            benchmark, lambda: _memini_pass(main.store, data), ROUNDS
+        )
+    finally:
+        main.store._engine.set_search_breadth(DEFAULT_BREADTH)
+    ratio = qps / pqps
+    D.report(
+        benchmark,
+        "QPS at recall>=0.95",
+        qps,
+        "q/s",
+        peer=pqps,
+        peer_name="usearch",
+        ratio=ratio,
+        goal=">= 0.7x",
+        met=ratio >= 0.7,
+        note=f"memini breadth {ob} (recall {orec:.3f}) vs usearch expansion_search {pb} "
+        f"(recall {prec:.3f}); sweep memini {[(b, round(r, 3), round(q)) for b, r, q in ours]}; "
+        f"usearch {[(b, round(r, 3), round(q)) for b, r, q in peer]}",
+        sweep_memini=ours,
+        sweep_usearch=peer,
+    )
+
+
+def test_expired_20pct(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
+    """20% of the rows expired (searched with ``Filter(now=2099-06-01)``, see _data.py) vs
+    the all-live namespace; recall is against the exact scan of the rows still live."""
+    from memini import Filter
+
+    benchmark.group = "vector: search (1000 queries/round)"
+    flt = Filter(now=D.EXPIRED_NOW)
+    found: list[list[int]] = []
+
+    def run() -> None:
+        found[:] = _memini_pass(main.store, data, flt)
+
+    qps = D.N_QUERIES / D.timed_rounds(benchmark, run, ROUNDS)
+    recall = data.recall(found, "live2099")
+    assert all(not D.expires(r) for rows in found for r in rows)
+    base = _unfiltered_qps(main, data)
+    D.report(
+        benchmark,
+        "QPS 20% expired / all-live",
+        qps,
+        "q/s",
+        peer=base,
+        peer_name="all-live",
+        ratio=qps / base,
+        goal=">= 0.7x",
+        met=qps / base >= 0.7,
+        recall_at_10=recall,
+    )
+    D.report(
+        benchmark, "recall@10 20% expired", recall, "recall", goal=">= 0.95", met=recall >= 0.95
+    )
+
+
+def test_vector_search_many_2_threads(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
+    """vector_search_many of the 1000 queries (parallel, 2 cores here) vs one-at-a-time."""
+    benchmark.group = "vector: search (1000 queries/round)"
+    out: list[list[Any]] = []
+
+    def run() -> None:
+        out[:] = main.store.vector_search_many(D.NS, data.queries, None, D.K)
+
+    qps = D.N_QUERIES / D.timed_rounds(benchmark, run, ROUNDS)
+    recall = data.recall([_ids(r) for r in out])
+    base = _unfiltered_qps(main, data)
+    ratio = qps / base
+    D.report(
+        benchmark,
+        "vector_search_many / 1 thread",
+        qps,
+        "q/s",
+        peer=base,
+        peer_name="1-thread loop",
+        ratio=ratio,
+        goal=">= 1.6x",
+        met=ratio >= 1.6,
+        recall_at_10=recall,
+    )
+
+
+@pytest.fixture(scope="module")
+def small_ns(data: D.Dataset, main: D.MainStore) -> int:
+    """A 1000-row namespace ``small`` inside the main store (rows 0..999 again, ids s...)."""
+    n = min(1000, data.n)
+    mems = [data.memory(i, namespace="small", id=f"s{i:06d}") for i in range(n)]
+    main.store.upsert_many(mems)
+    return n
+
+
+def test_small_namespace(benchmark: Any, data: D.Dataset, main: D.MainStore, small_ns: int) -> None:
+    """A 1k-row namespace next to the big one: results exact, and faster than the big one."""
+    benchmark.group = "vector: search (1000 queries/round)"
+    found: list[list[int]] = []
+
+    def run() -> None:
+        found[:] = _memini_pass(main.store, data, None, "small")
+
+    qps = D.N_QUERIES / D.timed_rounds(benchmark, run, ROUNDS)
+    top, kth = D.exact_topk(data.unit[:small_ns], data.qunit, D.K)
+    exact = 0
+    for qi, rows in enumerate(found):
+        cos = data.unit[rows] @ data.qunit[qi]
+        exact += len(rows) == D.K and bool((cos >= kth[qi] - 1e-5).all())
+    base = _unfiltered_qps(main, data)
+    D.report(
+        benchmark,
+        "QPS 1k-row namespace / big one",
+        qps,
+        "q/s",
+        peer=base,
+        peer_name="99k namespace",
+        ratio=qps / base,
+        goal="> 1x",
+        met=qps > base,
+        exact_fraction=exact / len(found),
+    )
+    assert exact == len(found), f"only {exact}/{len(found)} small-namespace searches exact"
+
+
+_MANY_NS = """
+import json, sys, time
+import numpy as np
+import memini
+qs = np.load(sys.argv[2]).astype(np.float32)
+n_ns, k = int(sys.argv[3]), int(sys.argv[4])
+t0 = time.perf_counter()
+s = memini.Store.open(sys.argv[1])
+t1 = time.perf_counter()
+out = [[h.memory.id for h in s.vector_search(f"t{j:05d}", qs[j % len(qs)], k=k)]
+       for j in range(n_ns)]
+t2 = time.perf_counter()
+s.close()
+print(json.dumps({"open": t1 - t0, "qps": n_ns / (t2 - t1), "ids": out}))
+"""
+
+
+def test_many_small_namespaces(benchmark: Any, data: D.Dataset, bench_dir: Path) -> None:
+    """ROWS/10 namespaces of 10 rows (10k at 100k rows) in their own store: open time in a
+    fresh process (goal < 2 s) and one k=5 search per namespace, every one exact. Namespace
+    j holds rows (10j + r) % n, r = 0..9, ids t{j:05d}{r}."""
+    import memini
+
+    benchmark.group = "vector: 10k namespaces"
+    n_ns = D.ROWS // 10
+    k = 5
+    rows = (np.arange(n_ns)[:, None] * 10 + np.arange(10)[None, :]) % data.n
+    path = bench_dir / "many-ns"
+    store = memini.Store.open(path, dims=D.DIMS, metric="cos")
+    mems = [
+        data.memory(int(rows[j, r]), namespace=f"t{j:05d}", id=f"t{j:05d}{r}")
+        for j in range(n_ns)
+        for r in range(10)
+    ]
+    build = D.best_of(
+        lambda: [store.upsert_many(mems[b : b + D.BATCH]) for b in range(0, len(mems), D.BATCH)],
+        1,
+    )
+    store.close()
+    qfile = bench_dir / "queries.npy"
+    np.save(qfile, data.queries)
+    runs: list[dict[str, Any]] = []
+    benchmark.pedantic(
+        lambda: runs.append(D.run_python(_MANY_NS, str(path), str(qfile), str(n_ns), str(k))),
+        rounds=2,
+        iterations=1,
+    )
+    exact = 0
+    for j, ids in enumerate(runs[-1]["ids"]):
+        got = rows[j, [int(i[-1]) for i in ids]]
+        q = data.qunit[j % D.N_QUERIES]
+        cos_all = np.sort(data.unit[rows[j]] @ q)[::-1]
+        cos_got = data.unit[got] @ q
+        exact += len(ids) == k and bool(np.allclose(cos_got, cos_all[:k], atol=1e-5))
+    worst_open = max(r["open"] for r in runs)
+    D.report(
+        benchmark,
+        f"open store with {n_ns} namespaces",
+        worst_open,
+        "s",
+        goal="< 2 s",
+        met=worst_open < 2.0,
+        search_qps=runs[-1]["qps"],
+        build_rows_per_s=len(mems) / build,
+        note=f"worst of {len(runs)} fresh processes; {runs[-1]['qps']:,.0f} searches/s; "
+        f"exact {exact}/{n_ns}; build {len(mems) / build:,.0f} rows/s",
+    )
+    D.report(
+        benchmark,
+        "many-namespace searches exact",
+        exact / n_ns,
+        "fraction",
+        goal="= 1.0",
+        met=exact == n_ns,
+    )
+    assert exact == n_ns, f"only {exact}/{n_ns} small-namespace searches exact"
+
+
+_RSS = """
+import json, sys
+import numpy as np
+import psutil
+import memini
+me = psutil.Process()
+base = me.memory_info().rss
+qs = np.load(sys.argv[2]).astype(np.float32)
+s = memini.Store.open(sys.argv[1])
+opened = me.memory_info().rss
+for q in qs:
+    s.vector_search("main", q, k=10)
+for w in ("python library", "data tool", "web framework", "machine learning") * 50:
+    s.keyword_search("main", w, k=10)
+for i in range(0, int(sys.argv[3]), 997):
+    s.get("main", f"m{i:06d}")
+warm = me.memory_info().rss
+s.close()
+print(json.dumps({"base": base, "opened": opened, "warm": warm}))
+"""
+
+
+def test_memory_rss(
+    benchmark: Any, data: D.Dataset, main: D.MainStore, usearch_index: Any, bench_dir: Path
+) -> None:
+    """RSS of a fresh process that opens the main store and warms it (1000 vector searches,
+    200 keyword searches, ~100 gets) vs raw usearch `memory_usage` + 100 MB (the allowance
+    for the interpreter, numpy and the rows)."""
+    benchmark.group = "vector: memory"
+    qfile = bench_dir / "queries.npy"
+    np.save(qfile, data.queries)
+    runs: list[dict[str, Any]] = []
+    main.close()
+    try:
+        benchmark.pedantic(
+            lambda: runs.append(D.run_python(_RSS, str(main.path), str(qfile), str(data.n))),
+            rounds=1,
+            iterations=1,
+        )
+    finally:
+        main.reopen()
+    r = runs[-1]
+    mb = 1024 * 1024
+    ours = r["warm"] / mb
+    peer = usearch_index.memory_usage / mb + 100
+    D.report(
+        benchmark,
+        "RSS of open warmed store",
+        ours,
+        "MB",
+        peer=peer,
+        peer_name="usearch+100MB",
+        ratio=ours / peer,
+        goal="<= 1.5x",
+        met=ours / peer <= 1.5,
+        note=f"{r['base'] / mb:,.0f} MB before open (python+numpy+memini imported), "
+        f"{r['opened'] / mb:,.0f} MB right after open, {ours:,.0f} MB warm; usearch "
+        f"memory_usage {usearch_index.memory_usage / mb:,.0f} MB",
+    )
