@@ -244,13 +244,16 @@ def timed_rounds(benchmark: Any, fn: Callable[[], object], rounds: int) -> float
 
 
 def fsync_latency_ms(directory: str | os.PathLike[str], n: int = 50) -> float:
-    """Median latency in ms of write(4 KiB) + os.fsync on a small file in ``directory``."""
+    """Median latency in ms of os.fsync after appending 4 KiB to a small file in
+    ``directory`` (the file grows, so each fsync also commits file-system metadata, like a
+    database commit does). Measured right beside each durable-write benchmark: on a shared
+    disk it moves with the neighbours' load."""
     fd, path = tempfile.mkstemp(dir=directory, prefix="fsync-probe-")
     try:
         lat = []
         block = b"x" * 4096
         for _ in range(n):
-            os.pwrite(fd, block, 0)
+            os.write(fd, block)
             t0 = time.perf_counter()
             os.fsync(fd)
             lat.append(time.perf_counter() - t0)
@@ -258,6 +261,16 @@ def fsync_latency_ms(directory: str | os.PathLike[str], n: int = 50) -> float:
     finally:
         os.close(fd)
         os.unlink(path)
+
+
+def percentiles_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """p50 / p99 / max of a list of latencies in seconds, as ms."""
+    a = np.asarray(seconds) * 1000.0
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 3),
+        "p99_ms": round(float(np.percentile(a, 99)), 3),
+        "max_ms": round(float(a.max()), 3),
+    }
 
 
 def run_python(code: str, *args: str, timeout: float = 600) -> dict[str, Any]:
@@ -390,20 +403,27 @@ class Builds:
         return self._done[key]
 
 
-def build_main_store(data: Dataset, path: Path) -> Any:
+def build_main_store(data: Dataset, path: Path) -> tuple[Any, float]:
     """A store at ``path`` holding every stored row in ``main``: upsert_many, 1000 a batch.
 
     The Memory objects are made before the clock starts (a caller has them already);
-    the time covers conversion, the durable commits and both index updates.
+    the time covers conversion, the durable commits and both index updates. Each batch's
+    latency is kept in ``BATCH_SECONDS`` (a stall, e.g. an index checkpoint, shows there).
     """
     import memini
 
     mems = [data.memory(i) for i in range(data.n)]
+    BATCH_SECONDS.clear()
     t0 = time.perf_counter()
     store = memini.Store.open(path, dims=DIMS, metric="cos")
     for b in range(0, data.n, BATCH):
+        tb = time.perf_counter()
         store.upsert_many(mems[b : b + BATCH])
+        BATCH_SECONDS.append(time.perf_counter() - tb)
     return store, time.perf_counter() - t0
+
+
+BATCH_SECONDS: list[float] = []
 
 
 def bench_mean(benchmark: Any) -> float | None:

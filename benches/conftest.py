@@ -20,13 +20,13 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import _data as D
 import pytest
+
+import _data as D
 
 # ---------------------------------------------------------------------------- collection
 
@@ -64,7 +64,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Print every recorded number, peer, ratio and goal in one table."""
     if not D.RESULTS:
         return
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     terminalreporter.section(f"memini vs peers ({D.ROWS} rows requested)")
+    terminalreporter.write_line(f"{os.cpu_count()} CPUs; load average at the end: {load}")
     for line in D.summary_lines(D.RESULTS):
         terminalreporter.write_line(line)
 
@@ -82,12 +84,6 @@ def data() -> D.Dataset:
 def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One temporary directory for every store and peer index of the session."""
     return tmp_path_factory.mktemp("memini-bench")
-
-
-@pytest.fixture(scope="session")
-def fsync_ms(bench_dir: Path) -> float:
-    """Median fsync latency (ms) of this disk, measured beside the stores."""
-    return D.fsync_latency_ms(bench_dir)
 
 
 @pytest.fixture(scope="session")

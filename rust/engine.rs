@@ -1356,6 +1356,7 @@ impl Engine {
                 return Ok(vec![Vec::new(); queries.len()]);
             };
             let pred = Predicate::new(spec, n);
+            let k = k.min(n.vectors); // never allocate for more hits than rows
             let keys_of = |rids: &mut dyn Iterator<Item = u64>| -> Vec<u64> {
                 rids.filter_map(|rid| {
                     st.cols
@@ -1422,6 +1423,7 @@ impl Engine {
                 return Ok(Vec::new());
             };
             let pred = Predicate::new(spec, n);
+            let k = k.min(n.ids.len()); // never allocate for more hits than rows
             let accept = |rid: u64, ver: u64| {
                 st.cols
                     .rows

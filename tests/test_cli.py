@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memini import (
     APIKey,
     Event,
@@ -171,7 +172,7 @@ def test_export_format(exported: Path) -> None:
 def test_round_trip_is_byte_identical(
     exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, out, err = run(capsys, "import", str(exported), "--store", str(tmp_path / "dst"))
+    rc, _, err = run(capsys, "import", str(exported), "--store", str(tmp_path / "dst"))
     assert rc == 0, err
     again = export(capsys, tmp_path / "dst", tmp_path / "b.jsonl")
     assert again == exported.read_bytes()
@@ -251,7 +252,7 @@ def test_new_store_without_dims_is_refused(
     src.write_text(json.dumps({"content": "no embedding"}) + "\n")
     rc, _, err = run(capsys, "import", str(src), "--store", str(tmp_path / "s"))
     assert rc == 1 and "pass --dims" in err
-    rc, out, _ = run(capsys, "import", str(src), "--store", str(tmp_path / "s"), "--dims", "8")
+    rc, _, _ = run(capsys, "import", str(src), "--store", str(tmp_path / "s"), "--dims", "8")
     assert rc == 0
     with Store.open(tmp_path / "s") as s:
         assert s.stats()["dims"] == 8 and s.count("default") == 1
@@ -274,7 +275,9 @@ def test_export_of_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert not (tmp_path / "nope").exists()
 
 
-def test_stats_and_compact(exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stats_and_compact(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, out, _ = run(capsys, "stats", "--store", str(tmp_path / "src"))
     assert rc == 0 and "28 memories" in out and "beta" in out
     rc, out, _ = run(capsys, "stats", "--store", str(tmp_path / "src"), "--json")
@@ -323,3 +326,54 @@ def test_demo_runs_and_reruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     rc, out, err = run(capsys, "demo", "--store", store)
     assert rc == 0, err
     assert "import: 0 inserted, 10,000 already there, 0 bad" in out
+
+
+def test_events_into_a_store_with_events(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst = tmp_path / "dst"
+    with Store.open(dst, dims=4, metric="cos") as s:
+        s.append_events(
+            [Event(op_id=f"local{i}", kind=EventKind.GET, namespace="x") for i in range(2)]
+        )
+    rc, out, err = run(capsys, "import", str(exported), "--store", str(dst))
+    assert rc == 0, err
+    assert "1 event(s) got new ids" in out
+    with Store.open(dst) as s:
+        by_id = {e.id: e for e in s.list_events()}
+    assert sorted(by_id) == [1, 2, 4, 5, 7, 8, 9]  # exported 4..8 kept, exported 1 -> 9
+    assert by_id[1].op_id == "local0" and by_id[9].query == "query 0"
+    rc, out, _ = run(capsys, "import", str(exported), "--store", str(dst))
+    assert "events: 5 read, 0 inserted, 5 skipped" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("batch", ["1", "1000"])
+def test_repeated_id_in_file_is_skipped(
+    batch: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "in.jsonl"
+    rows = [{"id": "x", "content": "first"}, {"id": "x", "content": "second"}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc, out, _ = run(capsys, "import", str(src), "--store", str(tmp_path / "s"), "--dims", "2")
+    assert rc == 0
+    assert "memories: 2 read, 1 inserted, 1 skipped" in " ".join(out.split())
+    with Store.open(tmp_path / "s") as s:
+        assert s.get("default", "x").content == "first"
+
+
+def test_leftover_placeholders_are_pruned(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst = tmp_path / "dst"
+    with Store.open(dst, dims=4, metric="cos") as s:  # as if an import died before its prune
+        s.append_events(
+            [
+                Event("memini:import-gap", EventKind.SETTINGS, "memini:import-gap", created_at=t)
+                for t in (datetime(1960, 1, 1, tzinfo=UTC),) * 3
+            ]
+        )
+    assert run(capsys, "import", str(exported), "--store", str(dst))[0] == 0
+    with Store.open(dst) as s:
+        events = s.list_events()
+    assert {e.namespace for e in events} == {"alpha", "beta"}
+    assert sorted(e.id for e in events) == [4, 5, 7, 8, 9]  # 1..3 were used by the placeholders

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memini import Filter, InvalidArgumentError, Memory, Scored, Store, Tier
 
 NS = "ns"

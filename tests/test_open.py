@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import memini
 import numpy as np
 import pytest
+
+import memini
 from memini import (
     APIKey,
     DimensionMismatchError,

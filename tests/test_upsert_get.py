@@ -9,9 +9,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-import memini
 import numpy as np
 import pytest
+
+import memini
 from memini import (
     ConflictError,
     DimensionMismatchError,

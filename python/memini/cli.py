@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import builtins
 import contextlib
 import gzip
 import importlib.resources
@@ -37,11 +36,12 @@ import logging
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol, TypeVar, cast
+from typing import IO, Any, Literal, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -67,7 +67,6 @@ from memini.store import Store
 from memini.types import (
     APIKey,
     Event,
-    EventFilter,
     EventKind,
     Filter,
     Level,
@@ -97,33 +96,6 @@ _US = timedelta(microseconds=1)
 
 _E = TypeVar("_E", Tier, Level, EventKind)
 Metric = Literal["l2", "cos", "ip"]
-
-
-class _Reads(Protocol):
-    """The `Store` read methods whose results the CLI iterates, with their API.md types.
-
-    Store's own annotations of these say ``list[...]`` inside a class that defines
-    ``list``, which type checkers resolve to the method; `_reads` views a store through
-    this protocol instead.
-    """
-
-    def list_namespaces(self) -> builtins.list[str]: ...
-    def list(
-        self, namespace: str, filter: Filter | None = None, limit: int = 0, offset: int = 0
-    ) -> builtins.list[Memory]: ...
-    def list_all_links(self) -> builtins.list[NamespaceLink]: ...
-    def list_api_keys(self) -> builtins.list[APIKey]: ...
-    def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]: ...
-    def vector_search(
-        self, namespace: str, vector: npt.ArrayLike, filter: Filter | None = None, k: int = 10
-    ) -> builtins.list[Scored]: ...
-    def keyword_search(
-        self, namespace: str, query: str, filter: Filter | None = None, k: int = 10
-    ) -> builtins.list[Scored]: ...
-
-
-def _reads(store: Store) -> _Reads:
-    return cast("_Reads", store)
 
 
 class CliError(Exception):
@@ -528,7 +500,7 @@ class _Importer:
         self.on_error = on_error
         self.summary = ImportSummary()
         self._batch: list[tuple[int, Memory]] = []
-        self._seen: set[tuple[str, str]] = set()
+        self._seen: set[tuple[str, str]] = set()  # (namespace, id) of the pending batch
         self._links: set[tuple[str, str]] | None = None
         self._keys: set[str] | None = None
         self._events: list[tuple[int, Event]] = []
@@ -572,24 +544,23 @@ class _Importer:
             self.bad_line(lineno, str(e), counts)
 
     def _add_memory(self, lineno: int, obj: dict[str, Any]) -> None:
-        m = _parse_memory(obj, self.default_ns, self.dims)
-        self._batch.append((lineno, m))
+        ids = _Fields(obj, "memory", _MEMORY_FIELDS)
+        id_, ns = ids.opt_text("id"), ids.opt_text("namespace") or self.default_ns
+        # The id sorts first among the ids it prefixes: one cheap lookup, no full parse.
+        if id_ and ((ns, id_) in self._seen or self.store.ids_by_prefix(ns, id_, 1) == [id_]):
+            self.summary.memories.skipped += 1
+            return
+        memory = _parse_memory(obj, self.default_ns, self.dims)
+        self._seen.add((memory.namespace, memory.id))
+        self._batch.append((lineno, memory))
         if len(self._batch) >= self.batch_size:
             self.flush()
 
     def flush(self) -> None:
-        """Store the pending memories: already stored ones are skipped, bad ones reported."""
+        """Store the pending batch of memories; a bad row is reported, the others land."""
         batch, self._batch = self._batch, []
-        fresh: list[tuple[int, Memory]] = []
-        for lineno, m in batch:
-            key = (m.namespace, m.id)
-            # The id itself sorts first among the ids it prefixes: one cheap lookup per row.
-            if key in self._seen or self.store.ids_by_prefix(m.namespace, m.id, 1) == [m.id]:
-                self.summary.memories.skipped += 1
-            else:
-                fresh.append((lineno, m))
-            self._seen.add(key)
-        self._land(fresh)
+        self._land(batch)
+        self._seen.clear()  # from now on the store itself knows these ids
 
     def _land(self, rows: list[tuple[int, Memory]]) -> None:
         """Upsert ``rows`` atomically; on failure split in halves until the bad rows are
@@ -613,7 +584,7 @@ class _Importer:
     def _add_link(self, lineno: int, obj: dict[str, Any]) -> None:
         link = _parse_link(obj)
         if self._links is None:
-            self._links = {(lk.src, lk.dst) for lk in _reads(self.store).list_all_links()}
+            self._links = {(lk.src, lk.dst) for lk in self.store.list_all_links()}
         if (link.src, link.dst) in self._links:
             self.summary.links.skipped += 1
             return
@@ -624,7 +595,7 @@ class _Importer:
     def _add_key(self, lineno: int, obj: dict[str, Any]) -> None:
         key = _parse_key(obj)
         if self._keys is None:
-            self._keys = {k.name for k in _reads(self.store).list_api_keys()}
+            self._keys = {k.name for k in self.store.list_api_keys()}
         if key.name in self._keys:
             self.summary.api_keys.skipped += 1
             return
@@ -653,18 +624,24 @@ class _Importer:
         get the next free ids.
         """
         counts = self.summary.events
-        existing = {e.id: e for e in _reads(self.store).list_events()}
+        existing = {e.id: e for e in self.store.list_events()}
+        last = max(existing, default=0)  # ids up to here are used (pruned ones may be beyond)
         if any(e.namespace == _GAP_NAMESPACE for e in existing.values()):
             self._prune_placeholders(existing)  # left by an interrupted import
             existing = {i: e for i, e in existing.items() if e.namespace != _GAP_NAMESPACE}
-        last = max(existing, default=0)
+        unmatched = Counter(_event_key(e) for e in existing.values())
         keep: list[Event] = []
         renumber: list[Event] = []
         for _, ev in sorted(self._events, key=lambda t: (t[1].id == 0, t[1].id, t[0])):
+            key = _event_key(ev)
             if ev.id in existing and _same_event(existing[ev.id], ev):
                 counts.skipped += 1
+                unmatched[key] -= 1
             elif ev.id > last and (not keep or ev.id > keep[-1].id):
                 keep.append(ev)
+            elif ev.created_at is not None and unmatched[key] > 0:
+                counts.skipped += 1  # imported before under another id
+                unmatched[key] -= 1
             else:
                 renumber.append(ev)
         if keep and keep[-1].id - last - len(keep) > _MAX_GAP_FILL:
@@ -692,7 +669,7 @@ class _Importer:
         self.store.append_events(batch)
         if len(batch) > len(keep):
             self.store.prune_events(older_than=stamp + _US)
-        stored = {e.id: e for e in _reads(self.store).list_events()}
+        stored = {e.id: e for e in self.store.list_events()}
         moved = sum(ev.id not in stored or not _same_event(stored[ev.id], ev) for ev in keep)
         if moved:
             self.summary.notes.append(
@@ -707,6 +684,13 @@ class _Importer:
         real = [e.created_at or floor for e in existing.values() if e.namespace != _GAP_NAMESPACE]
         if gap and all(t > max(gap) for t in real):
             self.store.prune_events(older_than=max(gap) + _US)
+
+
+def _event_key(ev: Event) -> str:
+    """An event's content without its id, to recognise it under another id."""
+    record = _event_record(ev)
+    del record["id"]
+    return _dumps(record)
 
 
 def _same_event(stored: Event, ev: Event) -> bool:
@@ -930,9 +914,9 @@ def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | Non
     everything = Filter(
         include_expired=True, include_superseded=True, sort=Sort(SortKey.CREATED_AT, asc=True)
     )
-    for ns in _reads(store).list_namespaces():
+    for ns in store.list_namespaces():
         offset = 0
-        while page := _reads(store).list(ns, everything, _LIST_PAGE, offset):
+        while page := store.list(ns, everything, _LIST_PAGE, offset):
             offset += len(page)
             for m in page:
                 emb = store.get_embedding(ns, m.id)
@@ -940,13 +924,13 @@ def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | Non
             n += len(page)
             if on_row is not None:
                 on_row(len(page))
-    for link in _reads(store).list_all_links():
+    for link in store.list_all_links():
         out.write(_dumps(_link_record(link)) + "\n")
         n += 1
-    for key in _reads(store).list_api_keys():
+    for key in store.list_api_keys():
         out.write(_dumps(_key_record(key)) + "\n")
         n += 1
-    for ev in sorted(_reads(store).list_events(), key=lambda e: e.id):
+    for ev in sorted(store.list_events(), key=lambda e: e.id):
         out.write(_dumps(_event_record(ev)) + "\n")
         n += 1
     return n
@@ -1063,13 +1047,11 @@ def _vector_probe(store: Store, per_namespace: int = 20) -> tuple[int, int]:
     found = probed = 0
     everything = Filter(include_expired=True, include_superseded=True)
     metric = store.stats()["metric"]
-    for ns in _reads(store).list_namespaces():
-        vecs = [
-            (m.id, store.get_embedding(ns, m.id)) for m in _reads(store).list(ns, everything, 200)
-        ]
+    for ns in store.list_namespaces():
+        vecs = [(m.id, store.get_embedding(ns, m.id)) for m in store.list(ns, everything, 200)]
         for id_, emb in [(i, e) for i, e in vecs if e is not None][:per_namespace]:
             probed += 1
-            hits = _reads(store).vector_search(ns, emb, everything, k=10)
+            hits = store.vector_search(ns, emb, everything, k=10)
             v = emb.astype(np.float64)
             best = float(v @ v) if metric == "ip" else 1.0  # l2: 1/(1+0), cos: 1
             if any(h.memory.id == id_ for h in hits) or (hits and hits[0].score >= best - 1e-6):
@@ -1233,13 +1215,13 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         (q1, v1), (q2, v2) = sample.queries[0], sample.queries[1]
         say()
-        hits, ms = _timed(lambda: _reads(store).vector_search(ns, v1, k=5))
+        hits, ms = _timed(lambda: store.vector_search(ns, v1, k=5))
         say(f"1. vector recall, k=5 ({ms:.1f} ms): {q1!r}")
         for h in hits:
             say(_hit_line(h, store))
 
         kw = "pdf extract text tables"
-        hits, ms = _timed(lambda: _reads(store).keyword_search(ns, kw, k=5))
+        hits, ms = _timed(lambda: store.keyword_search(ns, kw, k=5))
         say(f"2. keyword recall (BM25), k=5 ({ms:.1f} ms): {kw!r}")
         for h in hits:
             say(_hit_line(h, store))
@@ -1249,7 +1231,7 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
             tiers=[Tier.PROCEDURAL, Tier.SEMANTIC],
             created_after=datetime(2023, 1, 1, tzinfo=UTC),
         )
-        hits, ms = _timed(lambda: _reads(store).vector_search(ns, v2, flt, k=5))
+        hits, ms = _timed(lambda: store.vector_search(ns, v2, flt, k=5))
         say(
             f"3. filtered vector recall, tag 'cli', tier procedural|semantic, created in 2023 "
             f"or later ({ms:.1f} ms): {q2!r}"
@@ -1260,8 +1242,8 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         q3, v3 = sample.queries[4]
         when = datetime(2022, 1, 1, tzinfo=UTC)
         then = Filter(as_of=when)
-        hits_now, ms_now = _timed(lambda: _reads(store).vector_search(ns, v3, k=5))
-        hits_then, ms_then = _timed(lambda: _reads(store).vector_search(ns, v3, then, k=5))
+        hits_now, ms_now = _timed(lambda: store.vector_search(ns, v3, k=5))
+        hits_then, ms_then = _timed(lambda: store.vector_search(ns, v3, then, k=5))
         valid_then = store.count(ns, then)
         say(f"4. time travel: {q3!r}")
         say(f"   now, live rows ({ms_now:.1f} ms):")

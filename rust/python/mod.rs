@@ -27,6 +27,11 @@ fn build_profile() -> &'static str {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The core's `log` records go to Python's `logging.getLogger("memini.<module>")`.
+    // Only logger objects are cached, not levels, so a level set later still applies.
+    if let Ok(logger) = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers) {
+        let _ = logger.install();
+    }
     m.add_class::<engine::PyEngine>()?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     Ok(())
