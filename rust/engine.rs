@@ -1318,6 +1318,7 @@ impl Engine {
                 vector_graphs: graphs,
                 vector_flat_partitions: flats,
                 vector_memory_bytes: st.vectors.memory_usage(),
+                vector_index_entries: st.vectors.total_len(),
                 keyword_docs: st.keyword.num_docs(),
                 bytes_on_disk: inner.dir.as_deref().map_or(0, dir_size),
                 dims: inner.dims,
@@ -1502,6 +1503,8 @@ pub struct Stats {
     pub vector_flat_partitions: usize,
     /// Memory of the vector partitions.
     pub vector_memory_bytes: usize,
+    /// Vectors in the vector index (equals the rows with a vector when in step).
+    pub vector_index_entries: usize,
     /// Documents in the committed keyword index.
     pub keyword_docs: u64,
     /// Bytes of the store directory.

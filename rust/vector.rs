@@ -562,6 +562,12 @@ impl VectorIndex {
             .sum()
     }
 
+    /// Number of vectors in all partitions.
+    #[must_use]
+    pub fn total_len(&self) -> usize {
+        self.parts.keys().map(|ns| self.len(ns)).sum()
+    }
+
     /// Number of graph partitions and of flat ones.
     #[must_use]
     pub fn partition_counts(&self) -> (usize, usize) {

@@ -66,7 +66,7 @@ def _k(k: object) -> int:
         raise InvalidArgumentError(f"k must be an int >= 1, got {type(k).__name__}")
     if k < 1:
         raise InvalidArgumentError(f"k must be >= 1, got {k}")
-    return k
+    return min(k, 2**63 - 1)  # more than any store holds; keeps the value a 64-bit int
 
 
 def _int(value: object, what: str) -> int:
