@@ -146,8 +146,9 @@ class Dataset:
 
     @cached_property
     def keyword_queries(self) -> list[str]:
-        """1000 two-word queries: two distinct words (>= 3 letters, not a stop word) drawn
-        with a seeded RNG from each query row's text, topped up from the next rows' texts."""
+        """1000 two-word queries: two distinct whole words (ASCII letters only, >= 3 long, not
+        a stop word) drawn with a seeded RNG from each query row's text, topped up from the
+        next rows' texts."""
         rng = np.random.default_rng(SEED)
         out = []
         texts = self.query_texts
@@ -164,10 +165,21 @@ class Dataset:
         return out
 
 
+def first_words(text: str, n: int) -> list[str]:
+    """The first ``n`` query words of ``text`` (lowercase, >= 3 letters, not stop words)."""
+    return _words(text)[:n]
+
+
 def _words(text: str) -> list[str]:
+    """Whole words of ``text`` as the engines tokenise it (runs of letters/digits), kept when
+    all letters, >= 3 long and not stop words; lowercase."""
     import re
 
-    return [w for w in re.findall(r"[a-z]{3,}", text.lower()) if w not in _STOP]
+    return [
+        w
+        for w in re.findall(r"[^\W_]+", text.lower())
+        if len(w) >= 3 and w.isascii() and w.isalpha() and w not in _STOP
+    ]
 
 
 def _normalise(v: np.ndarray) -> np.ndarray:
@@ -241,6 +253,30 @@ def timed_rounds(benchmark: Any, fn: Callable[[], object], rounds: int) -> float
 
     benchmark.pedantic(wrapped, rounds=rounds, iterations=1)
     return min(times)
+
+
+def timed_pair(
+    benchmark: Any, fn: Callable[[], object], beside: Callable[[], object], rounds: int
+) -> tuple[float, float]:
+    """Like `timed_rounds`, and ``beside`` (the thing ``fn`` is compared with) runs right
+    before each round, untimed by pytest-benchmark but timed here: on a shared machine the
+    two then see the same load. Returns the best seconds of ``fn`` and of ``beside``."""
+    other: list[float] = []
+
+    def setup() -> None:
+        t0 = time.perf_counter()
+        beside()
+        other.append(time.perf_counter() - t0)
+
+    times: list[float] = []
+
+    def wrapped() -> None:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+
+    benchmark.pedantic(wrapped, setup=setup, rounds=rounds, iterations=1)
+    return min(times), min(other)
 
 
 def fsync_latency_ms(directory: str | os.PathLike[str], n: int = 50) -> float:

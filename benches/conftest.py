@@ -35,8 +35,10 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Mod
     """Collect ``bench_*.py`` (the project's pytest config only names ``test_*.py``)."""
     if file_path.suffix != ".py" or not file_path.name.startswith("bench_"):
         return None
-    if any(fnmatch.fnmatch(file_path.name, p) for p in parent.config.getini("python_files")):
-        return None  # already collected by pytest itself
+    if parent.session.isinitpath(file_path) or any(
+        fnmatch.fnmatch(file_path.name, p) for p in parent.config.getini("python_files")
+    ):
+        return None  # pytest collects it itself (named on the command line, or a test_ name)
     return pytest.Module.from_parent(parent, path=file_path)
 
 

@@ -1708,12 +1708,12 @@ fn open_vectors(
         }
     }
     for (ns, keys) in missing {
-        let mut items = Vec::with_capacity(keys.len());
-        for (k, rid) in keys {
-            if let Some(v) = snap.vector(rid)? {
-                items.push((k, v));
-            }
-        }
+        let rids: Vec<u64> = keys.iter().map(|(_, rid)| *rid).collect();
+        let items = keys
+            .iter()
+            .zip(snap.vectors(&rids)?)
+            .filter_map(|((k, _), v)| v.map(|v| (*k, v)))
+            .collect();
         vi.add(ns, items)?;
     }
     Ok((vi, loaded.unwrap_or(0)))

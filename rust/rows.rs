@@ -299,14 +299,12 @@ impl Snapshot {
         Ok(t.get(rid)?.map(|v| bytes_vector(v.value())))
     }
 
-    /// Calls `f` with every stored vector (rid order).
-    pub fn for_each_vector(&self, mut f: impl FnMut(u64, Vec<f32>) -> Result<()>) -> Result<()> {
+    /// The stored vectors of several rows (one table lookup each), in the order asked.
+    pub fn vectors(&self, rids: &[u64]) -> Result<Vec<Option<Vec<f32>>>> {
         let t = self.txn.open_table(VECTORS)?;
-        for entry in t.iter()? {
-            let (k, v) = entry?;
-            f(k.value(), bytes_vector(v.value()))?;
-        }
-        Ok(())
+        rids.iter()
+            .map(|rid| Ok(t.get(*rid)?.map(|v| bytes_vector(v.value()))))
+            .collect()
     }
 
     /// Changelog entries with sequence > `after`, in order.
@@ -318,11 +316,6 @@ impl Snapshot {
             out.push((k.value(), decode(v.value())?));
         }
         Ok(out)
-    }
-
-    /// Number of rows.
-    pub fn row_count(&self) -> Result<u64> {
-        Ok(self.txn.open_table(COLS)?.len()?)
     }
 }
 

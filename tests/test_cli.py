@@ -156,6 +156,7 @@ def test_export_format(exported: Path) -> None:
         "dims": 4,
         "metric": "cos",
         "embed_model": "test-model",
+        "next_event_id": 9,
     }
     kinds = [x["type"] for x in lines[1:]]
     assert kinds == ["memory"] * 28 + ["link"] * 2 + ["api_key"] * 2 + ["event"] * 5
@@ -176,7 +177,7 @@ def test_round_trip_is_byte_identical(
     assert rc == 0, err
     again = export(capsys, tmp_path / "dst", tmp_path / "b.jsonl")
     assert again == exported.read_bytes()
-    with Store.open(tmp_path / "dst") as s:  # the placeholders filling the id gaps are gone
+    with Store.open(tmp_path / "dst") as s:  # the exported ids, gaps included
         assert sorted(e.id for e in s.list_events()) == [1, 4, 5, 7, 8]
         s.append_events([Event(op_id="new", kind=EventKind.GET, namespace="alpha")])
         assert max(e.id for e in s.list_events()) == 9
@@ -361,19 +362,68 @@ def test_repeated_id_in_file_is_skipped(
         assert s.get("default", "x").content == "first"
 
 
-def test_leftover_placeholders_are_pruned(
+def test_next_event_id_round_trips_when_the_newest_events_were_pruned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Store.open(tmp_path / "src", dims=2) as s:
+        s.append_events([Event(f"op{i}", EventKind.GET, "a", created_at=T0) for i in range(6)])
+        s.append_events([Event("late", EventKind.GET, "a", created_at=T0 + timedelta(days=1))])
+        assert s.prune_events(older_than=T0 + timedelta(hours=1)) == 6  # ids 1..6 go
+        s.prune_events(keep_max=0)
+    dump = tmp_path / "a.jsonl"
+    first = export(capsys, tmp_path / "src", dump)
+    assert json.loads(first.splitlines()[0])["next_event_id"] == 8
+    assert run(capsys, "import", str(dump), "--store", str(tmp_path / "dst"))[0] == 0
+    assert export(capsys, tmp_path / "dst", tmp_path / "b.jsonl") == first
+    with Store.open(tmp_path / "dst") as s:
+        assert [e.id for e in s.list_events()] == [7]
+        s.append_events([Event("new", EventKind.GET, "a")])
+        assert max(e.id for e in s.list_events()) == 8
+
+
+def test_events_whose_ids_this_store_used_before_get_new_ids(
     exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dst = tmp_path / "dst"
-    with Store.open(dst, dims=4, metric="cos") as s:  # as if an import died before its prune
-        s.append_events(
-            [
-                Event("memini:import-gap", EventKind.SETTINGS, "memini:import-gap", created_at=t)
-                for t in (datetime(1960, 1, 1, tzinfo=UTC),) * 3
-            ]
-        )
-    assert run(capsys, "import", str(exported), "--store", str(dst))[0] == 0
+    with Store.open(dst, dims=4, metric="cos") as s:  # ids 1..5 handed out, then pruned
+        s.append_events([Event(f"x{i}", EventKind.GET, "x", created_at=T0) for i in range(5)])
+        assert s.prune_events(older_than=T0 + timedelta(days=1)) == 5
+    rc, out, err = run(capsys, "import", str(exported), "--store", str(dst))
+    assert rc == 0, err
+    assert "3 event(s) got new ids" in " ".join(out.split())
     with Store.open(dst) as s:
-        events = s.list_events()
-    assert {e.namespace for e in events} == {"alpha", "beta"}
-    assert sorted(e.id for e in events) == [4, 5, 7, 8, 9]  # 1..3 were used by the placeholders
+        assert sorted(e.id for e in s.list_events()) == [7, 8, 9, 10, 11]  # 7, 8 kept
+
+
+def test_export_without_next_event_id_still_imports(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = exported.read_text("ascii").splitlines()
+    header = json.loads(lines[0])
+    del header["next_event_id"]
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n", "ascii")
+    assert run(capsys, "import", str(old), "--store", str(tmp_path / "dst"))[0] == 0
+    with Store.open(tmp_path / "dst") as s:
+        assert sorted(e.id for e in s.list_events()) == [1, 4, 5, 7, 8]
+
+
+def test_bad_event_line_is_reported_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = {"type": "event", "id": 3, "op_id": "a", "kind": "get", "namespace": "n"}
+    rows = [
+        good,
+        {**good, "id": 4, "detail": {"x": "\udc80"}},
+        {**good, "id": 2**63},
+        {**good, "id": 5, "rank": 2**63},
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc, _, err = run(capsys, "import", str(src), "--store", str(tmp_path / "s"), "--dims", "2")
+    assert rc == 1
+    assert "line 2: event.detail['x'] contains a lone surrogate" in err
+    assert "line 3: field 'id' must be between 1 and 2**63-1" in err
+    assert "line 4: event.rank must be between -2**63 and 2**63-1" in err
+    with Store.open(tmp_path / "s") as s:
+        assert [e.id for e in s.list_events()] == [3]

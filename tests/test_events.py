@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memini import events as events_module
 from memini._sqlite import MetaDB
-from memini.errors import InvalidArgumentError, StoreClosedError
+from memini.errors import ConflictError, InvalidArgumentError, StoreClosedError
 from memini.types import Event, EventFilter, EventKind, NamespaceLink, Tier
 from meta_helpers import T0, at
 
@@ -38,7 +39,7 @@ def ids(events: list[Event]) -> list[int]:
 
 
 def test_round_trip_of_every_field(meta: MetaDB) -> None:
-    detail = {"k": [1, 2.5, "s", None, True, {"deep": ["x"]}], "ü": "\udc80 lone", "big": 2**70}
+    detail = {"k": [1, 2.5, "s", None, True, {"deep": ["x"]}], "ü": "日本 \x00", "big": 2**64 - 1}
     event = Event(
         op_id="op",
         kind=EventKind.INJECT,
@@ -121,6 +122,8 @@ def test_enum_fields_accept_values_and_return_members(
         pytest.param({"detail": {"x": {None: 1}}}, id="none-key-nested"),
         pytest.param({"detail": ["not", "a", "dict"]}, id="list-detail"),
         pytest.param({"detail": None}, id="none-detail"),
+        pytest.param({"detail": {"x": "\udc80 lone"}}, id="lone-surrogate-in-detail"),
+        pytest.param({"detail": {"x": 2**64}}, id="int-beyond-64-bits-in-detail"),
         pytest.param({"created_at": "2025-01-01"}, id="str-created-at"),
         pytest.param({"memory_summary": "\ud800"}, id="lone-surrogate-text"),
     ],
@@ -611,6 +614,103 @@ def test_cursor_survives_pruning(meta: MetaDB) -> None:
     assert ids(rest) == [7, 6, 5, 4]
 
 
+# -- import_events (private: ``memini import`` restores exported ids with it) -------------------
+
+
+def test_import_keeps_ids_and_created_at_and_appends_continue_above(meta: MetaDB) -> None:
+    meta.import_events([ev("a", id=7, created_at=at(1)), ev("b", id=3, created_at=at(2))])
+    assert [(e.id, e.op_id, e.created_at) for e in meta.list_events()] == [
+        (3, "b", at(2)),
+        (7, "a", at(1)),
+    ]
+    assert meta.stats()["next_event_id"] == 8
+    meta.append_events([ev("c"), ev("d")])
+    assert sorted(ids(meta.list_events())) == [3, 7, 8, 9]
+
+
+def test_import_created_at_none_is_now(meta: MetaDB) -> None:
+    before = datetime.now(UTC)
+    meta.import_events([ev("a", id=2)])
+    [got] = meta.list_events()
+    assert got.id == 2 and got.created_at is not None
+    assert before - timedelta(milliseconds=1) <= got.created_at <= datetime.now(UTC)
+
+
+def test_import_ids_are_never_reused_after_reopen(tmp_path: Path) -> None:
+    db = MetaDB.open(tmp_path)
+    db.import_events([ev("a", id=5)])
+    db.prune_events(keep_max=0, older_than=datetime.now(UTC) + timedelta(days=1))
+    db.compact()
+    db.close()
+    db = MetaDB.open(tmp_path)
+    try:
+        assert db.stats()["next_event_id"] == 6
+        db.append_events([ev("b")])
+        assert ids(db.list_events()) == [6]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    "taken",
+    [
+        pytest.param(2, id="existing-id"),
+        pytest.param(1, id="pruned-id"),
+        pytest.param(3, id="id-of-the-last-append"),
+    ],
+)
+def test_import_of_a_taken_id_conflicts_and_writes_nothing(meta: MetaDB, taken: int) -> None:
+    meta.append_events([ev("a", created_at=at(0)), ev("b", created_at=at(5)), ev("c")])
+    meta.prune_events(older_than=at(1))  # id 1 goes; it stays handed out
+    before = meta.list_events()
+    with pytest.raises(ConflictError, match=f"event id {taken} is taken"):
+        meta.import_events([ev("new", id=10), ev("x", id=taken)])
+    assert meta.list_events() == before
+    assert meta.stats()["next_event_id"] == 4
+
+
+def test_import_of_one_id_twice_conflicts(meta: MetaDB) -> None:
+    with pytest.raises(ConflictError, match=r"also the id of events\[0\]"):
+        meta.import_events([ev("a", id=4), ev("b", id=4)])
+    assert meta.list_events() == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(ev("a", id=0), id="id-zero"),
+        pytest.param(ev("a", id=-1), id="negative-id"),
+        pytest.param(ev("a", id=2**63), id="id-beyond-64-bits"),
+        pytest.param(ev("a", id=1.0), id="float-id"),
+        pytest.param(ev("a", id=1, kind="nope"), id="unknown-kind"),
+        pytest.param(ev("a", id=1, detail={"x": math.nan}), id="nan-in-detail"),
+    ],
+)
+def test_import_rejects_bad_events_and_writes_nothing(meta: MetaDB, bad: Event) -> None:
+    with pytest.raises(InvalidArgumentError):
+        meta.import_events([ev("ok", id=9), bad])
+    assert meta.list_events() == []
+    assert meta.stats()["next_event_id"] == 1
+
+
+def test_import_next_id_advances_the_sequence_only_forward(meta: MetaDB) -> None:
+    meta.import_events([], next_id=50)
+    assert meta.stats()["next_event_id"] == 50
+    meta.import_events([ev("a", id=60)], next_id=10)  # lower: no effect
+    assert meta.stats()["next_event_id"] == 61
+    meta.append_events([ev("b")])
+    assert sorted(ids(meta.list_events())) == [60, 61]
+    with pytest.raises(InvalidArgumentError):
+        meta.import_events([], next_id=-1)
+
+
+def test_import_into_a_fresh_store_then_append(meta: MetaDB) -> None:
+    assert meta.stats()["next_event_id"] == 1
+    meta.import_events([ev("a", id=1)])
+    meta.append_events([ev("b")])
+    assert sorted(ids(meta.list_events())) == [1, 2]
+
+
 # -- lifecycle and threads ---------------------------------------------------------------------
 
 
@@ -621,6 +721,7 @@ def test_cursor_survives_pruning(meta: MetaDB) -> None:
         pytest.param("append_events", ([],), id="append_events-empty"),
         pytest.param("list_events", (), id="list_events"),
         pytest.param("prune_events", (), id="prune_events"),
+        pytest.param("import_events", ([ev("op", id=1)],), id="import_events"),
     ],
 )
 def test_closed_raises(meta: MetaDB, method: str, args: tuple[Any, ...]) -> None:

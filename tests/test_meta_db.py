@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memini import _sqlite
 from memini._sqlite import FILE_NAME, SCHEMA_VERSION, MetaDB
 from memini.errors import CorruptionError, InvalidArgumentError, StoreClosedError
@@ -209,15 +210,29 @@ def test_stats_ping_compact(meta: MetaDB) -> None:
     fill(meta)
     meta.ping()
     stats = meta.stats()
-    assert {k: stats[k] for k in ("links", "api_keys", "events")} == {
+    assert {k: stats[k] for k in ("links", "api_keys", "events", "next_event_id")} == {
         "links": 1,
         "api_keys": 1,
         "events": 1,
+        "next_event_id": 2,
     }
     assert stats["bytes"] >= 0
     before = contents(meta)
     meta.compact()
     assert contents(meta) == before
+
+
+def test_backup_and_compact_keep_the_event_id_sequence(meta: MetaDB, tmp_path: Path) -> None:
+    meta.append_events([Event("op", EventKind.GET, "a", created_at=T0) for _ in range(3)])
+    meta.import_events([], next_id=10)
+    assert meta.prune_events(keep_max=1) == 2
+    meta.compact()
+    meta.backup(tmp_path / "copy")
+    copy = MetaDB.open(tmp_path / "copy")
+    try:
+        assert copy.stats()["next_event_id"] == meta.stats()["next_event_id"] == 10
+    finally:
+        copy.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

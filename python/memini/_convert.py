@@ -1,13 +1,20 @@
-"""Conversions between the public types and the core boundary (``memini._core``).
+"""Validation and conversion of public values, for the Rust core and the SQLite side alike.
 
-Everything that crosses into the Rust core goes through here and is validated first, so the
-core only ever sees well-formed values and every mistake surfaces as an
-`InvalidArgumentError` (or `DimensionMismatchError`) whose message names the fix:
+The one home of the value rules: everything that crosses into the Rust core
+(``memini._core``) or into ``meta.sqlite3`` (`memini.links`, `memini.keys`, `memini.events`,
+`memini._sqlite`) goes through here and is validated first, so neither store ever sees a
+malformed value and every mistake surfaces as an `InvalidArgumentError` (or
+`DimensionMismatchError`) whose message names the argument and the fix:
 
-* datetimes <-> ``int`` microseconds since the Unix epoch, UTC (naive input = UTC);
-* enum members or their string values -> the string values;
+* datetimes <-> ``int`` microseconds since the Unix epoch, UTC (naive input = UTC; only
+  instants inside 0001-01-01 .. 9999-12-31 UTC, so every stored value reads back);
+* enum members or their string values -> members, or their values for the core (an unknown
+  value lists the allowed ones);
+* text -> plain ``str`` that is valid Unicode (no lone surrogates), lists of text or enum
+  values -> lists (a bare ``str`` is refused, never split into characters);
+* ints -> signed 64-bit, floats -> finite, flags -> ``bool``;
 * embeddings and query vectors -> C-contiguous ``float32`` arrays of the store's dims;
-* metadata -> compact JSON text, JSON types only;
+* metadata and event detail -> compact JSON text, JSON types only (one rule for both);
 * `Memory` <-> row dicts, `Filter` -> filter-spec dicts (see ``_core.pyi``).
 
 This module imports only `memini.types` and `memini.errors` (never the compiled core).
@@ -44,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "coerce_enum",
+    "coerce_enum_list",
     "embedding_to_array",
     "fields_to_row",
     "filter_to_spec",
@@ -173,7 +181,7 @@ def coerce_enum(cls: type[E], value: object, what: str) -> E:
 
 
 def _check_text(value: object, what: str, *, non_empty: bool = False) -> str:
-    """Validate a str that must cross into Rust: UTF-8-encodable (NUL is allowed)."""
+    """Validate a str bound for Rust or SQLite: UTF-8-encodable (NUL is allowed)."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}")
     if non_empty and not value:
@@ -194,14 +202,37 @@ def _check_opt_text(value: object, what: str) -> str | None:
     return None if value is None else _check_text(value, what)
 
 
-def _check_text_list(value: object, what: str) -> list[str]:
-    """A list/tuple of str (order kept); a bare str is refused, not split into characters."""
-    if isinstance(value, str) or not isinstance(value, Sequence):
+def _check_sequence(value: object, what: str, of: str) -> Sequence[object]:
+    """A list or tuple (order kept); a bare str (or bytes) is refused, not split up."""
+    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
         raise InvalidArgumentError(
-            f"{what} must be a list of str, got {type(value).__name__}"
+            f"{what} must be a list of {of}, got {type(value).__name__}"
             + (f" (write [{value!r}] for a single item)" if isinstance(value, str) else "")
         )
-    return [_check_text(v, f"{what}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _check_text_list(value: object, what: str) -> list[str]:
+    """A list/tuple of str (order kept); a bare str is refused, not split into characters."""
+    return [
+        _check_text(v, f"{what}[{i}]") for i, v in enumerate(_check_sequence(value, what, "str"))
+    ]
+
+
+def coerce_enum_list(cls: type[E], values: object, what: str) -> list[E]:
+    """Coerce a list of enum members or string values, keeping order and duplicates.
+
+    Args:
+        cls: The enum class.
+        values: A list or tuple; a bare str (or a single member) is refused rather than
+            split into characters.
+        what: The argument's name, for error messages.
+
+    Raises:
+        InvalidArgumentError: Not a list or tuple, or an unknown value (named by index).
+    """
+    items = _check_sequence(values, what, cls.__name__)
+    return [coerce_enum(cls, v, f"{what}[{i}]") for i, v in enumerate(items)]
 
 
 def _check_float(value: object, what: str) -> float:
@@ -218,16 +249,20 @@ def _check_opt_float(value: object, what: str) -> float | None:
     return None if value is None else _check_float(value, what)
 
 
+_I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
 
 
-def _check_count(value: object, what: str) -> int:
-    """A non-negative int that fits in 64 bits (numpy ints included; bool refused)."""
+def _check_int(value: object, what: str, *, non_negative: bool = False) -> int:
+    """A 64-bit signed int, or with ``non_negative`` 0 .. 2**63-1 (numpy ints included;
+    bool and float refused)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
     n = int(value)
-    if not 0 <= n <= _I64_MAX:
-        raise InvalidArgumentError(f"{what} must be between 0 and 2**63-1, got {n}")
+    low = 0 if non_negative else _I64_MIN
+    if not low <= n <= _I64_MAX:
+        bounds = "0" if non_negative else "-2**63"
+        raise InvalidArgumentError(f"{what} must be between {bounds} and 2**63-1, got {n}")
     return n
 
 
@@ -540,7 +575,7 @@ _FIELD_CONVERTERS: Final[dict[str, _Conv]] = {
     "created_at": _ts("created_at"),
     "updated_at": _ts("updated_at"),
     "last_accessed_at": _ts("last_accessed_at"),
-    "access_count": lambda v, _d: _check_count(v, "access_count"),
+    "access_count": lambda v, _d: _check_int(v, "access_count", non_negative=True),
     "expires_at": _ts("expires_at"),
     "superseded_by": lambda v, _d: _check_opt_text(v, "superseded_by"),
     "valid_from": _ts("valid_from"),

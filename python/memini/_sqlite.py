@@ -34,7 +34,7 @@ from typing import Any
 from memini import events as _events
 from memini import keys as _keys
 from memini import links as _links
-from memini._values import as_int, as_str, to_micros
+from memini._convert import _check_int, _check_text, to_micros
 from memini.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -402,17 +402,20 @@ class MetaDB:
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
 
     def stats(self) -> dict[str, Any]:
-        """Row counts and file size, for `Store.stats`.
+        """Row counts, the next event id and file size, for `Store.stats`.
 
         Returns:
-            ``{"links": n, "api_keys": n, "events": n, "bytes": n}``; ``bytes`` counts the
-            database file and its WAL (0 in memory).
+            ``{"links": n, "api_keys": n, "events": n, "next_event_id": n, "bytes": n}``;
+            ``next_event_id`` is the id the next appended event gets (above every id handed
+            out so far, pruned ones included); ``bytes`` counts the database file and its WAL
+            (0 in memory).
         """
         with self._read() as conn:
             counts = {
                 table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
                 for table in ("links", "api_keys", "events")
             }
+            counts["next_event_id"] = _events.next_event_id(conn)
         size = 0
         if self._path is not None:
             for suffix in ("", "-wal"):
@@ -460,7 +463,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        src, dst = as_str(src, "src"), as_str(dst, "dst")
+        src, dst = _check_text(src, "src"), _check_text(dst, "dst")
         with self._write() as conn:
             return _links.delete_link(conn, src, dst)
 
@@ -476,7 +479,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        src = as_str(src, "src")
+        src = _check_text(src, "src")
         with self._read() as conn:
             return _links.list_links(conn, src)
 
@@ -508,8 +511,8 @@ class MetaDB:
             InvalidArgumentError: An empty or non-string namespace.
             StoreClosedError: The database is closed.
         """
-        from_ns = as_str(from_ns, "from_ns", nonempty=True)
-        to_ns = as_str(to_ns, "to_ns", nonempty=True)
+        from_ns = _check_text(from_ns, "from_ns", non_empty=True)
+        to_ns = _check_text(to_ns, "to_ns", non_empty=True)
         with self._write() as conn:
             _links.rename_link_endpoints(conn, from_ns, to_ns)
 
@@ -527,7 +530,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        namespace = as_str(namespace, "namespace")
+        namespace = _check_text(namespace, "namespace")
         with self._write() as conn:
             return _links.delete_links_of_namespace(conn, namespace)
 
@@ -578,7 +581,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        name = as_str(name, "name")
+        name = _check_text(name, "name")
         with self._write() as conn:
             return _keys.delete_api_key(conn, name)
 
@@ -606,7 +609,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        hash_ = as_str(hash, "hash")
+        hash_ = _check_text(hash, "hash")
         with self._read() as conn:
             return _keys.get_api_key_by_hash(conn, hash_)
 
@@ -624,8 +627,8 @@ class MetaDB:
             InvalidArgumentError: An empty or non-string namespace.
             StoreClosedError: The database is closed.
         """
-        from_ns = as_str(from_ns, "from_ns", nonempty=True)
-        to_ns = as_str(to_ns, "to_ns", nonempty=True)
+        from_ns = _check_text(from_ns, "from_ns", non_empty=True)
+        to_ns = _check_text(to_ns, "to_ns", non_empty=True)
         with self._write() as conn:
             _keys.rename_api_key_namespaces(conn, from_ns, to_ns)
 
@@ -651,6 +654,33 @@ class MetaDB:
                 return
         with self._write() as conn:
             _events.append_events(conn, rows)
+
+    def import_events(self, events: Sequence[Event], *, next_id: int = 0) -> None:
+        """Insert events under their own ids and created_at, in one transaction (an import).
+
+        Private to the package (``memini import`` restores an exported log with it). Each
+        event keeps its ``id``, which must be above every id handed out so far (pruned ones
+        included: ids are never reused); ``created_at=None`` is stored as one "now" for the
+        batch. The id sequence moves past the imported ids, so later `append_events` get
+        higher ones. Rows are validated like `append_events`.
+
+        Args:
+            events: The events, each with ``id > 0``; any order.
+            next_id: When greater than the id the next appended event would get, make it the
+                next id (as if the ids below it had been handed out and pruned), so an
+                export's id sequence round-trips; 0 (the default) leaves the sequence.
+
+        Raises:
+            ConflictError: An id is taken (it exists, or was handed out before and pruned),
+                or two events share one; nothing is written.
+            InvalidArgumentError: A malformed event, an id <= 0 or a negative ``next_id``
+                (nothing is written).
+            StoreClosedError: The database is closed.
+        """
+        rows = _events.prepare_imported_events(events)
+        next_id = _check_int(next_id, "next_id", non_negative=True)
+        with self._write() as conn:
+            _events.import_events(conn, rows, next_id)
 
     def list_events(self, filter: EventFilter | None = None) -> list[Event]:
         """Events matching ``filter``, newest first (created_at desc, id desc).
@@ -697,7 +727,7 @@ class MetaDB:
             StoreClosedError: The database is closed.
         """
         cutoff = None if older_than is None else to_micros(older_than, "older_than")
-        keep = as_int(keep_max, "keep_max")
+        keep = _check_int(keep_max, "keep_max")
         with self._write() as conn:
             return _events.prune_events(conn, cutoff, keep)
 

@@ -11,11 +11,13 @@ Commands (``memini COMMAND --help`` lists the options):
 * ``memini demo [--store ./memini-data]``: import the shipped PyPI sample and recall from it.
 
 The export format (version 1) is one JSON object per line: a header
-``{"type": "memini-export", "version": 1, "dims": .., "metric": .., "embed_model": ..}``, then
+``{"type": "memini-export", "version": 1, "dims": .., "metric": .., "embed_model": ..,
+"next_event_id": ..}`` (the id the store hands the next event; absent in older exports), then
 ``"type": "memory"`` records (every `Memory` field; datetimes ISO-8601 UTC with microseconds;
 ``embedding`` a list of floats that parse back to the same float32 values, or null) ordered by
 namespace then ``created_at``, then ``"link"``, ``"api_key"`` (hashes only) and ``"event"``
-records (with their ids, ascending). ``memini import`` also takes plain lines such as
+records (with their ids, ascending; an import keeps them, see `_Importer.finish`).
+``memini import`` also takes plain lines such as
 ``{"content": "...", "embedding": [...]}``: a missing ``type`` means a memory, a missing
 ``id`` gets `memini.new_id` (so such a line is never recognised as already imported), a
 missing ``namespace`` gets ``--namespace``.
@@ -39,7 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar, cast
 
@@ -63,6 +65,7 @@ from memini.errors import (
     StoreClosedError,
     StoreLockedError,
 )
+from memini.events import check_event
 from memini.store import Store
 from memini.types import (
     APIKey,
@@ -89,10 +92,7 @@ EXPORT_VERSION = 1
 DEFAULT_DEMO_STORE = "./memini-data"
 _METRICS = ("l2", "cos", "ip")
 _LIST_PAGE = 1000
-# Placeholder events fill the id gaps of an imported event log, then are pruned again.
-_GAP_NAMESPACE = "memini:import-gap"
-_MAX_GAP_FILL = 1_000_000
-_US = timedelta(microseconds=1)
+_MAX_EVENT_ID = 2**63 - 1  # SQLite's largest rowid
 
 _E = TypeVar("_E", Tier, Level, EventKind)
 Metric = Literal["l2", "cos", "ip"]
@@ -430,8 +430,8 @@ def _parse_key(obj: dict[str, Any]) -> APIKey:
 def _parse_event(obj: dict[str, Any]) -> Event:
     f = _Fields(obj, "event", _EVENT_FIELDS)
     event_id = f.integer("id", 0)
-    if event_id < 0:
-        raise _BadRecord("field 'id' must be > 0 (or absent for a new event)")
+    if not 0 <= event_id <= _MAX_EVENT_ID:
+        raise _BadRecord("field 'id' must be between 1 and 2**63-1 (or absent for a new event)")
     return Event(
         op_id=f.text("op_id", nonempty=True),
         kind=f.enum(EventKind, "kind", None) or EventKind(f.text("kind")),
@@ -482,8 +482,8 @@ class ImportSummary:
 
 
 class _Importer:
-    """Feeds records into an open store: memories in atomic batches, the rest one by one
-    (events at the end, so that their ids can be restored)."""
+    """Feeds records into an open store: memories in atomic batches, links and keys one by
+    one, events all together at the end (so that their ids can be restored)."""
 
     def __init__(
         self,
@@ -492,8 +492,10 @@ class _Importer:
         batch: int,
         default_ns: str,
         on_error: Callable[[int, str], None],
+        next_event_id: int = 0,
     ) -> None:
         self.store = store
+        self.next_event_id = next_event_id  # from the export header; 0 = none
         self.dims = int(store.stats()["dims"])
         self.batch_size = batch
         self.default_ns = default_ns
@@ -604,31 +606,30 @@ class _Importer:
         self.summary.api_keys.inserted += 1
 
     def _add_event(self, lineno: int, obj: dict[str, Any]) -> None:
-        self._events.append((lineno, _parse_event(obj)))
+        event = _parse_event(obj)
+        check_event(event)  # the store's checks now, so that a bad line is reported alone
+        self._events.append((lineno, event))
 
     def finish(self) -> ImportSummary:
         """Store the last batch and the buffered events; return the summary."""
         self.flush()
-        if self._events:
+        if self._events or self.next_event_id:
             self._restore_events()
         return self.summary
 
     def _restore_events(self) -> None:
-        """Append the buffered events, keeping their ids where the store allows it.
+        """Store the buffered events, keeping their ids where the store allows it.
 
-        The store assigns event ids itself (contiguous per batch, never reused). An event
-        whose id holds the same event already is skipped. The events with an id beyond the
-        store's last one are appended in id order, with placeholder events filling the id
-        gaps so that each lands on its own id; the placeholders, stamped before every real
-        event, are pruned right after. The rest (no id, or an id taken by another event)
-        get the next free ids.
+        An event whose id holds the same event already is skipped, and so is one stored
+        before under another id (same content and created_at). The events whose id is still
+        free here (above every id this store has handed out) keep it; the rest (no id, an id
+        taken by another event, or an id this store used before: ids are never reused) are
+        appended after them and get the next free ids. Then the store's next event id is at
+        least the export header's, so a round trip keeps the id sequence too.
         """
         counts = self.summary.events
         existing = {e.id: e for e in self.store.list_events()}
-        last = max(existing, default=0)  # ids up to here are used (pruned ones may be beyond)
-        if any(e.namespace == _GAP_NAMESPACE for e in existing.values()):
-            self._prune_placeholders(existing)  # left by an interrupted import
-            existing = {i: e for i, e in existing.items() if e.namespace != _GAP_NAMESPACE}
+        first_free = int(self.store._meta.stats()["next_event_id"])
         unmatched = Counter(_event_key(e) for e in existing.values())
         keep: list[Event] = []
         renumber: list[Event] = []
@@ -637,53 +638,21 @@ class _Importer:
             if ev.id in existing and _same_event(existing[ev.id], ev):
                 counts.skipped += 1
                 unmatched[key] -= 1
-            elif ev.id > last and (not keep or ev.id > keep[-1].id):
+            elif ev.id >= first_free and (not keep or ev.id > keep[-1].id):
                 keep.append(ev)
             elif ev.created_at is not None and unmatched[key] > 0:
                 counts.skipped += 1  # imported before under another id
                 unmatched[key] -= 1
             else:
                 renumber.append(ev)
-        if keep and keep[-1].id - last - len(keep) > _MAX_GAP_FILL:
-            keep, renumber = [], keep + renumber
-        if keep:
-            self._append_with_gaps(keep, last, existing)
+        self.store._meta.import_events(keep, next_id=self.next_event_id)
         if renumber:
             self.store.append_events(renumber)
             self.summary.notes.append(
-                f"{len(renumber)} event(s) got new ids (no id, or their id is taken here)"
+                f"{len(renumber)} event(s) got new ids (no id, or their id is taken or was "
+                "used before in this store: event ids are never reused)"
             )
         counts.inserted += len(keep) + len(renumber)
-
-    def _append_with_gaps(self, keep: list[Event], last: int, existing: dict[int, Event]) -> None:
-        times = [e.created_at for e in [*keep, *existing.values()] if e.created_at is not None]
-        stamp = min([datetime(1970, 1, 1, tzinfo=UTC), *[t - _US for t in times]])
-        batch: list[Event] = []
-        for ev in keep:
-            gap = ev.id - (last + len(batch) + 1)
-            batch.extend(
-                Event(_GAP_NAMESPACE, EventKind.SETTINGS, _GAP_NAMESPACE, created_at=stamp)
-                for _ in range(gap)
-            )
-            batch.append(ev)
-        self.store.append_events(batch)
-        if len(batch) > len(keep):
-            self.store.prune_events(older_than=stamp + _US)
-        stored = {e.id: e for e in self.store.list_events()}
-        moved = sum(ev.id not in stored or not _same_event(stored[ev.id], ev) for ev in keep)
-        if moved:
-            self.summary.notes.append(
-                f"{moved} event(s) got other ids than exported: this store had handed out "
-                "higher event ids before (they are never reused); import into a new store "
-                "to keep them"
-            )
-
-    def _prune_placeholders(self, existing: dict[int, Event]) -> None:
-        floor = datetime.min.replace(tzinfo=UTC)
-        gap = [e.created_at or floor for e in existing.values() if e.namespace == _GAP_NAMESPACE]
-        real = [e.created_at or floor for e in existing.values() if e.namespace != _GAP_NAMESPACE]
-        if gap and all(t > max(gap) for t in real):
-            self.store.prune_events(older_than=max(gap) + _US)
 
 
 def _event_key(ev: Event) -> str:
@@ -771,8 +740,9 @@ def _progress(console: Console) -> Progress:
 
 def _header_settings(
     obj: dict[str, Any], dims: int | None, metric: Metric | None
-) -> tuple[int | None, Metric | None, str]:
-    """dims, metric and embed model from an export header (the options win)."""
+) -> tuple[int | None, Metric | None, str, int]:
+    """dims, metric, embed model and next event id (0 = not given) from an export header
+    (the options win)."""
     version = obj.get("version")
     if not isinstance(version, int) or version < 1:
         raise CliError(f"line 1: export header without a valid version: {version!r}")
@@ -786,7 +756,10 @@ def _header_settings(
         dims = hdims
     if metric is None and hmetric in _METRICS:
         metric = cast("Metric", hmetric)
-    return dims, metric, model if isinstance(model, str) else ""
+    next_event_id = obj.get("next_event_id", 0)
+    if isinstance(next_event_id, bool) or not isinstance(next_event_id, int) or next_event_id < 0:
+        raise CliError(f"line 1: export header with an invalid next_event_id: {next_event_id!r}")
+    return dims, metric, model if isinstance(model, str) else "", next_event_id
 
 
 def cmd_import(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -803,13 +776,14 @@ def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) 
     dims: int | None = args.dims
     metric: Metric | None = args.metric
     model = ""
+    next_event_id = 0
     records = _numbered(src.lines)
     first = next(records, None)
     pending: list[tuple[int, bytes]] = []
     if first is not None:
         obj, _ = _decode(first[1])
         if isinstance(obj, dict) and obj.get("type") == EXPORT_TYPE:
-            dims, metric, model = _header_settings(obj, dims, metric)
+            dims, metric, model, next_event_id = _header_settings(obj, dims, metric)
         else:
             pending.append(first)
             emb = obj.get("embedding") if isinstance(obj, dict) else None
@@ -828,7 +802,13 @@ def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) 
         def on_error(lineno: int, message: str) -> None:
             progress.console.print(f"line {lineno}: {message}", markup=False, highlight=False)
 
-        imp = _Importer(store, batch=args.batch, default_ns=args.namespace, on_error=on_error)
+        imp = _Importer(
+            store,
+            batch=args.batch,
+            default_ns=args.namespace,
+            on_error=on_error,
+            next_event_id=next_event_id,
+        )
         for n, (lineno, line) in enumerate(_chain(pending, records), start=1):
             obj, problem = _decode(line)
             if problem is None:
@@ -899,7 +879,8 @@ def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | Non
     """Write the whole store to ``out`` in the export format; return the lines written.
 
     The output is a function of the stored data only: two stores holding the same rows,
-    vectors, links, keys and events (with the same ids) export to the same bytes.
+    vectors, links, keys and events (with the same ids) and the same next event id export
+    to the same bytes.
     """
     stats = store.stats()
     header = {
@@ -908,6 +889,7 @@ def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | Non
         "dims": stats["dims"],
         "metric": stats["metric"],
         "embed_model": store.embed_model(),
+        "next_event_id": int(stats["meta"]["next_event_id"]),
     }
     out.write(_dumps(header) + "\n")
     n = 1

@@ -13,14 +13,16 @@ Invariants:
 
 * ids come from AUTOINCREMENT: they are > 0, a batch gets contiguous ids in list order (one
   transaction, one writer), and an id is never handed out twice, also after pruning, so a
-  keyset cursor ``(before, before_id)`` stays valid across `prune_events`;
+  keyset cursor ``(before, before_id)`` stays valid across `prune_events`. An import
+  (`import_events`) may choose ids, but only above every id handed out so far, and the
+  sequence moves past them;
 * ``created_at`` is microseconds since the epoch, UTC; the log reads newest first, i.e. by
   ``(created_at DESC, id DESC)``, which both time indexes deliver without a sort;
 * ``query_fold`` / ``summary_fold`` hold ``str.casefold()`` of ``query`` / ``memory_summary``
   when that differs from the original (NULL otherwise, which keeps the common lowercase
   rows small). The text filter is ``instr`` over the folded text: a Unicode-aware,
   case-insensitive substring test in which ``%`` and ``_`` are ordinary characters;
-* ``detail`` is JSON text (`memini._values.dump_json`).
+* ``detail`` is JSON text (`memini._convert.metadata_to_json`, the rule of metadata).
 
 Query plans of `list_events` (see `query_plan` and ``benches/bench_events.py``):
 
@@ -41,32 +43,36 @@ the transaction. ``prepare_*`` functions only validate and never touch the datab
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memini._values import (
-    as_int,
-    as_str,
+from memini._convert import (
+    _check_int,
+    _check_opt_float,
+    _check_text,
+    _check_text_list,
+    _now_micros,
     coerce_enum,
     coerce_enum_list,
-    dump_json,
     from_micros,
-    now_micros,
-    str_list,
+    metadata_to_json,
     to_micros,
 )
-from memini.errors import CorruptionError, InvalidArgumentError
+from memini.errors import ConflictError, CorruptionError, InvalidArgumentError
 from memini.types import Event, EventFilter, EventKind, Tier
 
 __all__ = [
     "EventQuery",
     "append_events",
+    "check_event",
+    "import_events",
     "list_events",
+    "next_event_id",
     "prepare_events",
     "prepare_filter",
+    "prepare_imported_events",
     "prune_events",
     "query_plan",
 ]
@@ -115,16 +121,53 @@ def _fold(text: str) -> str | None:
     return None if folded == text else folded
 
 
-def _score(value: object, what: str) -> float | None:
-    """Check an optional finite float score (ints are accepted and converted)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, float | int):
-        raise InvalidArgumentError(f"{what} must be a float or None, got a {type(value).__name__}")
-    score = float(value)
-    if not math.isfinite(score):
-        raise InvalidArgumentError(f"{what} must be finite, got {score}")
-    return score
+def _event_row(event: object, what: str, now: int) -> EventRow:
+    """Validate one event and convert it to its stored row (``created_at=None`` -> ``now``)."""
+    if not isinstance(event, Event):
+        raise InvalidArgumentError(f"{what} must be an Event, got {type(event).__name__}")
+    if event.detail is None:  # unlike Memory.metadata, None is not read as {}
+        raise InvalidArgumentError(f"{what}.detail must be a dict with str keys, got None")
+    query = _check_text(event.query, f"{what}.query")
+    summary = _check_text(event.memory_summary, f"{what}.memory_summary")
+    tier = event.memory_tier
+    return (
+        _check_text(event.op_id, f"{what}.op_id", non_empty=True),
+        coerce_enum(EventKind, event.kind, f"{what}.kind").value,
+        _check_text(event.namespace, f"{what}.namespace"),
+        query,
+        _check_text(event.memory_id, f"{what}.memory_id"),
+        _check_text(event.memory_ns, f"{what}.memory_ns"),
+        None
+        if tier is None or tier == ""
+        else coerce_enum(Tier, tier, f"{what}.memory_tier").value,
+        summary,
+        _check_int(event.rank, f"{what}.rank"),
+        _check_opt_float(event.score, f"{what}.score"),
+        metadata_to_json(event.detail, f"{what}.detail"),
+        now if event.created_at is None else to_micros(event.created_at, f"{what}.created_at"),
+        _fold(query),
+        _fold(summary),
+    )
+
+
+def check_event(event: Event, what: str = "event") -> None:
+    """Validate one event as `prepare_events` does, for a caller that reports per item.
+
+    Args:
+        event: The event (its ``id`` is not checked).
+        what: Its name in error messages.
+
+    Raises:
+        InvalidArgumentError: What `prepare_events` refuses.
+    """
+    _event_row(event, what, 0)
+
+
+def _event_list(events: Iterable[Event]) -> Iterable[Event]:
+    """``events`` as an iterable of events; a single `Event` or a str is refused."""
+    if isinstance(events, Event | str | bytes) or not isinstance(events, Iterable):
+        raise InvalidArgumentError(f"events must be a list of Event, got {type(events).__name__}")
+    return events
 
 
 def prepare_events(events: Iterable[Event]) -> list[EventRow]:
@@ -144,40 +187,43 @@ def prepare_events(events: Iterable[Event]) -> list[EventRow]:
         InvalidArgumentError: Not an iterable of `Event`, an empty ``op_id``, an unknown
             kind or tier, a non-finite score, a non-JSON detail, or a field of the wrong type.
     """
-    if isinstance(events, Event | str | bytes) or not isinstance(events, Iterable):
-        raise InvalidArgumentError(f"events must be a list of Event, got a {type(events).__name__}")
-    now = now_micros()
-    rows: list[EventRow] = []
-    for i, event in enumerate(events):
+    now = _now_micros()
+    return [_event_row(e, f"events[{i}]", now) for i, e in enumerate(_event_list(events))]
+
+
+def prepare_imported_events(events: Iterable[Event]) -> list[tuple[int, EventRow]]:
+    """Validate events that keep their own ids (an import) and convert them to stored rows.
+
+    Like `prepare_events`, but each event's ``id`` is kept: it must be > 0 and appear once
+    in the batch.
+
+    Args:
+        events: The events.
+
+    Returns:
+        ``(id, row)`` pairs, in the given order.
+
+    Raises:
+        InvalidArgumentError: What `prepare_events` refuses, or an ``id`` <= 0.
+        ConflictError: Two events of the batch have the same id.
+    """
+    now = _now_micros()
+    out: list[tuple[int, EventRow]] = []
+    first_index: dict[int, int] = {}
+    for i, event in enumerate(_event_list(events)):
         what = f"events[{i}]"
-        if not isinstance(event, Event):
-            raise InvalidArgumentError(f"{what} must be an Event, got a {type(event).__name__}")
-        query = as_str(event.query, f"{what}.query")
-        summary = as_str(event.memory_summary, f"{what}.memory_summary")
-        tier = event.memory_tier
-        rows.append(
-            (
-                as_str(event.op_id, f"{what}.op_id", nonempty=True),
-                coerce_enum(EventKind, event.kind, f"{what}.kind").value,
-                as_str(event.namespace, f"{what}.namespace"),
-                query,
-                as_str(event.memory_id, f"{what}.memory_id"),
-                as_str(event.memory_ns, f"{what}.memory_ns"),
-                None
-                if tier is None or tier == ""
-                else coerce_enum(Tier, tier, f"{what}.memory_tier").value,
-                summary,
-                as_int(event.rank, f"{what}.rank"),
-                _score(event.score, f"{what}.score"),
-                dump_json(event.detail, f"{what}.detail"),
-                now
-                if event.created_at is None
-                else to_micros(event.created_at, f"{what}.created_at"),
-                _fold(query),
-                _fold(summary),
+        row = _event_row(event, what, now)
+        event_id = _check_int(event.id, f"{what}.id")
+        if event_id <= 0:
+            raise InvalidArgumentError(f"{what}.id must be > 0 to be kept, got {event_id}")
+        if event_id in first_index:
+            raise ConflictError(
+                f"{what}.id {event_id} is also the id of events[{first_index[event_id]}]; "
+                "an id names one event"
             )
-        )
-    return rows
+        first_index[event_id] = i
+        out.append((event_id, row))
+    return out
 
 
 def append_events(conn: sqlite3.Connection, rows: Sequence[EventRow]) -> None:
@@ -188,6 +234,64 @@ def append_events(conn: sqlite3.Connection, rows: Sequence[EventRow]) -> None:
         rows: Rows from `prepare_events`.
     """
     conn.executemany(f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES ({', '.join('?' * 14)})", rows)
+
+
+def next_event_id(conn: sqlite3.Connection) -> int:
+    """The id the next appended event gets: one more than every id handed out so far.
+
+    AUTOINCREMENT keeps the highest id ever used in ``sqlite_sequence`` (also after its
+    row was pruned); the row is absent until the first insert.
+
+    Args:
+        conn: The connection.
+    """
+    row = conn.execute(
+        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+        "coalesce((SELECT max(id) FROM events), 0))"
+    ).fetchone()
+    return int(row[0]) + 1
+
+
+def import_events(
+    conn: sqlite3.Connection, rows: Sequence[tuple[int, EventRow]], next_id: int = 0
+) -> None:
+    """Insert rows under their own ids, then advance the id sequence to ``next_id``.
+
+    An id is taken when it is at most the highest id ever handed out (a pruned id
+    included): ids are never reused, so a cursor or log reference never changes meaning.
+    Inserting an explicit id moves AUTOINCREMENT's sequence past it, so later
+    `append_events` continue above the imported ids.
+
+    Args:
+        conn: The connection, inside a write transaction.
+        rows: ``(id, row)`` pairs from `prepare_imported_events`.
+        next_id: When greater than the id the next appended event would get, make that
+            the next id (ids below it are skipped, as if handed out and pruned); 0 = leave.
+
+    Raises:
+        ConflictError: An id is taken; nothing is inserted.
+    """
+    first_free = next_event_id(conn)
+    taken = [event_id for event_id, _ in rows if event_id < first_free]
+    if taken:
+        raise ConflictError(
+            f"event id {min(taken)} is taken ({len(taken)} of the {len(rows)} events have an "
+            f"id below {first_free}, the next free one; ids are never reused): import them "
+            "with append_events to get new ids"
+        )
+    conn.executemany(
+        f"INSERT INTO events (id, {_INSERT_COLUMNS}) VALUES ({', '.join('?' * 15)})",
+        [(event_id, *row) for event_id, row in rows],
+    )
+    if next_id > next_event_id(conn):
+        seq = next_id - 1
+        if (
+            conn.execute(
+                "UPDATE sqlite_sequence SET seq = ? WHERE name = 'events'", (seq,)
+            ).rowcount
+            == 0
+        ):
+            conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('events', ?)", (seq,))
 
 
 @dataclass(frozen=True)
@@ -235,18 +339,18 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
         return EventQuery()
     if not isinstance(filter, EventFilter):
         raise InvalidArgumentError(
-            f"filter must be an EventFilter or None, got a {type(filter).__name__}"
+            f"filter must be an EventFilter or None, got {type(filter).__name__}"
         )
-    namespace = as_str(filter.namespace, "filter.namespace")
+    namespace = _check_text(filter.namespace, "filter.namespace")
     namespaces = (
         (namespace,)
         if namespace
-        else tuple(dict.fromkeys(str_list(filter.namespaces, "filter.namespaces")))
+        else tuple(dict.fromkeys(_check_text_list(filter.namespaces, "filter.namespaces")))
     )
-    before_id = as_int(filter.before_id, "filter.before_id")
+    before_id = _check_int(filter.before_id, "filter.before_id")
     if before_id < 0:
         raise InvalidArgumentError(f"filter.before_id must be >= 0, got {before_id}")
-    limit = as_int(filter.limit, "filter.limit")
+    limit = _check_int(filter.limit, "filter.limit")
     return EventQuery(
         namespaces=namespaces,
         kinds=tuple(
@@ -257,7 +361,7 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
         tiers=tuple(
             dict.fromkeys(t.value for t in coerce_enum_list(Tier, filter.tiers, "filter.tiers"))
         ),
-        text=as_str(filter.text, "filter.text").casefold(),
+        text=_check_text(filter.text, "filter.text").casefold(),
         since=None if filter.since is None else to_micros(filter.since, "filter.since"),
         before=None if filter.before is None else to_micros(filter.before, "filter.before"),
         before_id=before_id,

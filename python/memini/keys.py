@@ -21,7 +21,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from memini._values import as_bool, as_str, from_micros, now_micros, to_micros
+from memini._convert import _check_bool, _check_text, _now_micros, from_micros, to_micros
 from memini.errors import ConflictError, InvalidArgumentError
 from memini.types import APIKey, hash_api_key
 
@@ -55,15 +55,15 @@ def prepare_api_key(key: APIKey) -> KeyRow:
             wrong type.
     """
     if not isinstance(key, APIKey):
-        raise InvalidArgumentError(f"key must be an APIKey, got a {type(key).__name__}")
+        raise InvalidArgumentError(f"key must be an APIKey, got {type(key).__name__}")
     created = None if key.created_at is None else to_micros(key.created_at, "key.created_at")
     return (
-        as_str(key.name, "key.name", nonempty=True),
-        as_str(key.hash, "key.hash", nonempty=True),
-        as_str(key.home_ns, "key.home_ns"),
-        as_str(key.default_ns, "key.default_ns"),
+        _check_text(key.name, "key.name", non_empty=True),
+        _check_text(key.hash, "key.hash", non_empty=True),
+        _check_text(key.home_ns, "key.home_ns"),
+        _check_text(key.default_ns, "key.default_ns"),
         created,
-        int(as_bool(key.disabled, "key.disabled")),
+        int(_check_bool(key.disabled, "key.disabled")),
     )
 
 
@@ -109,7 +109,7 @@ def put_api_key(conn: sqlite3.Connection, row: KeyRow) -> None:
             hash_,
             home_ns,
             default_ns,
-            now_micros() if created is None else created,
+            _now_micros() if created is None else created,
             disabled,
             created is not None,
         ),
