@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memini import events as events_module
 from memini._sqlite import MetaDB
 from memini.types import Event, EventFilter, EventKind, Tier

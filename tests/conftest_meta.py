@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from memini._sqlite import MetaDB
 
 OpenMeta = Callable[[], MetaDB]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memini._sqlite import MetaDB
 from memini.errors import ConflictError, InvalidArgumentError, StoreClosedError
 from memini.types import APIKey, hash_api_key

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memini._sqlite import MetaDB
 from memini.errors import InvalidArgumentError, StoreClosedError
 from memini.types import NamespaceLink, Tier

@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+
 from memini.errors import InvalidArgumentError
 from memini.metrics import METRIC_NAMES, Metrics, NullMetrics, PrometheusMetrics
 from memini.types import Tier
-from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 
 @pytest.fixture

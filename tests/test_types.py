@@ -23,11 +23,12 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import memini.types as types_mod
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import memini.types as types_mod
 from memini import _convert as cv
 from memini.errors import CorruptionError, DimensionMismatchError, InvalidArgumentError
 from memini.types import (
