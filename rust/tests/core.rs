@@ -1,7 +1,8 @@
 #![allow(
     clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
     clippy::unwrap_used,
-    reason = "test data: small integers made into floats"
+    reason = "test data: small integers made into floats and indexes"
 )]
 
 //! Core tests: the engine without Python.
@@ -208,4 +209,65 @@ fn expiry_supersession_and_as_of() {
     assert_eq!(e.count("n", &past).unwrap(), 2);
     assert_eq!(e.sweep_expired(t, 0).unwrap(), vec![Tier::Semantic]);
     assert_eq!(e.list_namespaces().unwrap(), vec!["n".to_string()]);
+}
+
+/// usearch has known bugs around remove/re-add: 10k churn cycles on a graph partition
+/// (delete + re-add + update), then every search must still find each row's own vector.
+#[test]
+fn churn_keeps_the_graph_exact_enough() {
+    let e = Engine::open(None, &opts(8)).unwrap();
+    // distinct pseudo-random vectors per (row, generation)
+    let vec_of = |i: u64, gen: u64| -> Vec<f32> {
+        (0..8u64)
+            .map(|j| {
+                let mut z = (i << 40) ^ (gen << 8) ^ j;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                ((z >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    };
+    let n = 3000u64;
+    let batch = (0..n)
+        .map(|i| mem(&format!("r{i}"), "ns", "x", Some(vec_of(i, 0))))
+        .collect();
+    e.upsert_many(batch).unwrap();
+    let mut gen = vec![0u64; n as usize];
+    for c in 0..10_000u64 {
+        let i = (c * 7919) % n;
+        let id = format!("r{i}");
+        match c % 3 {
+            0 => {
+                e.delete("ns", &id).unwrap();
+                e.upsert_many(vec![mem(&id, "ns", "x", Some(vec_of(i, c)))])
+                    .unwrap();
+            }
+            1 => {
+                let patch = MemoryPatch {
+                    embedding: Some(Some(vec_of(i, c))),
+                    ..MemoryPatch::default()
+                };
+                e.update("ns", &id, patch).unwrap();
+            }
+            _ => {
+                e.upsert_many(vec![mem(&id, "ns", "x", Some(vec_of(i, c)))])
+                    .unwrap();
+            }
+        }
+        gen[i as usize] = c;
+    }
+    e.compact().unwrap();
+    let mut found = 0;
+    for i in (0..n).step_by(10) {
+        let hits = e
+            .vector_search("ns", &vec_of(i, gen[i as usize]), &live(), 1)
+            .unwrap();
+        assert_eq!(hits.len(), 1);
+        found += usize::from(hits[0].memory.id == format!("r{i}"));
+    }
+    assert!(
+        found >= 285,
+        "only {found}/300 rows found their own vector after churn"
+    );
+    assert_eq!(e.count("ns", &live()).unwrap(), n as usize);
 }
