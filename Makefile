@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BENCH_ROWS ?= 10000
 
-.PHONY: help venv install test test-rust test-py lint bench bench-smoke demo wheel clean
+.PHONY: help venv install test test-rust test-py lint bench bench-smoke demo wheel wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,7 @@ bench-smoke: install  ## run every benchmark once at 10k rows with timing disabl
 test: install lint test-rust  ## everything CI runs: lint, Rust tests, Python tests, bench smoke
 	$(PY) -m pytest -q -m "not slow"
 	$(MAKE) bench-smoke
+	$(MAKE) wheel-check
 
 bench: install  ## full benchmark run at 100k rows, saved for comparison
 	MEMINI_BENCH_ROWS=100000 $(PY) -m pytest benches --benchmark-save=run --benchmark-columns=mean,ops
@@ -47,8 +48,16 @@ bench: install  ## full benchmark run at 100k rows, saved for comparison
 demo: install  ## the main job: import a sample into ./memini-data and recall from it
 	$(VENV)/bin/memini demo
 
-wheel: venv  ## build the release wheel into ./dist
-	$(VENV)/bin/maturin build --release -o dist
+wheel: venv  ## build the release abi3 wheel into ./dist
+	rm -rf dist
+	$(VENV)/bin/maturin build --release -q -o dist
+
+wheel-check: wheel  ## auditwheel report, then install the wheel in a fresh venv (no Rust) and smoke-test it
+	$(PY) -m pip install -q auditwheel
+	$(VENV)/bin/auditwheel show dist/*.whl
+	rm -rf build/wheel-venv && python3 -m venv build/wheel-venv
+	build/wheel-venv/bin/pip install -q dist/*.whl
+	cd build && env PATH=/usr/bin:/bin wheel-venv/bin/python ../scripts/wheel_smoke.py
 
 clean:  ## remove build outputs and the venv
-	rm -rf target dist $(VENV) memini-data
+	rm -rf target dist build $(VENV) memini-data
