@@ -3,7 +3,7 @@
 Everything here is deterministic (fixed seeds, derived from row numbers), so two runs of the
 suite measure the same stores and the same queries.
 
-Dataset: ``/work/shared/datasets/pypi-100k`` (``MEMINI_BENCH_DATA`` overrides), 100k PyPI
+Dataset: ``<repo>/../shared/datasets/pypi-100k`` (``MEMINI_BENCH_DATA`` overrides), 100k PyPI
 summaries with all-MiniLM-L6-v2 vectors. The last 1,000 rows of the file are the queries and
 are never stored; the store holds the first ``MEMINI_BENCH_ROWS`` rows (default 100000),
 capped so that it never reaches the query rows (at 100000 the store holds 99,000 rows).
@@ -40,7 +40,12 @@ from typing import Any
 
 import numpy as np
 
-DATA_DIR = Path(os.environ.get("MEMINI_BENCH_DATA", "/work/shared/datasets/pypi-100k"))
+DATA_DIR = Path(
+    os.environ.get(
+        "MEMINI_BENCH_DATA",
+        Path(__file__).resolve().parents[2] / "shared" / "datasets" / "pypi-100k",
+    )
+)
 ROWS = int(os.environ.get("MEMINI_BENCH_ROWS", "100000"))
 N_QUERIES = 1000
 DIMS = 384
