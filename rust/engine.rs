@@ -896,6 +896,10 @@ impl Engine {
         new_expiry: Option<Micros>,
     ) -> Result<()> {
         let ns = ns.to_owned();
+        // one access per call and row, however often the id is listed
+        let mut ids = ids;
+        ids.sort_unstable();
+        ids.dedup();
         self.submit(Box::new(move |tx: &mut Tx<'_>| {
             for id in ids {
                 let Ok((rid, old)) = tx.load(&ns, &id) else {
@@ -1377,14 +1381,16 @@ impl Engine {
             let all_keys = || keys_of(&mut n.ids.values().copied());
             let plan = if pred.is_trivial() {
                 Plan::All
-            } else if let Some(c) = pred.candidates().filter(|c| c.len() <= EXACT_MAX) {
+            } else if pred.candidate_count() <= EXACT_MAX {
+                let c = pred
+                    .candidates()
+                    .unwrap_or_else(|| n.ids.values().copied().collect());
                 Plan::Keys(keys_of(&mut c.into_iter()))
-            } else if n.vectors <= EXACT_MAX {
-                Plan::Keys(all_keys())
             } else {
                 Plan::Predicate {
                     pred: &pred_fn,
                     all_keys: &all_keys,
+                    selectivity: selectivity(st, n, &pred),
                 }
             };
             let run = |q: &&[f32]| -> Result<Vec<Scored>> {
@@ -1431,7 +1437,8 @@ impl Engine {
                     .get(&rid)
                     .is_some_and(|c| c.version == ver && c.namespace == ns && pred.matches(rid, c))
             };
-            let hits = st.keyword.search(ns, query, k, &accept)?;
+            let dominant = 2 * n.ids.len() >= st.cols.rows.len();
+            let hits = st.keyword.search(ns, query, k, dominant, &accept)?;
             let rids: Vec<u64> = hits.iter().map(|h| h.0).collect();
             let mems = materialize(st, snap, &rids)?;
             Ok(mems
@@ -1483,7 +1490,7 @@ impl Engine {
             }
             st.keyword.compact()?;
         }
-        inner.checkpoint_now()?;
+        inner.checkpoint_now(true)?;
         let mut rows = inner.rows.write();
         log::info!("compacting row store");
         rows.compact()
@@ -1525,6 +1532,28 @@ fn dir_size(p: &Path) -> u64 {
             })
             .sum()
     })
+}
+
+/// Estimated share of the namespace's rows passing `pred`: from the posting list when the
+/// filter has one, else from a sample of rows spread over the namespace.
+fn selectivity(st: &State, n: &crate::columns::Namespace, pred: &Predicate<'_>) -> f64 {
+    const SAMPLE: usize = 256;
+    let total = n.ids.len().max(1);
+    let bound = pred.candidate_count();
+    #[allow(clippy::cast_precision_loss, reason = "a ratio of row counts")]
+    let posting = bound as f64 / total as f64;
+    if bound < total {
+        return posting;
+    }
+    // no posting list: test the first rows (cheap; id order is unrelated to most filters)
+    let (mut seen, mut passed) = (0usize, 0usize);
+    for rid in n.ids.values().take(SAMPLE) {
+        seen += 1;
+        passed += usize::from(st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)));
+    }
+    #[allow(clippy::cast_precision_loss, reason = "a ratio of row counts")]
+    let sampled = (passed as f64 + 0.5) / (seen as f64 + 1.0);
+    sampled
 }
 
 /// Rids of the namespace passing `pred` (from the smallest posting list when there is one).
@@ -1607,7 +1636,7 @@ impl Inner {
                     slot.put(r);
                 }
                 if due {
-                    if let Err(e) = self.checkpoint_locked(&rows) {
+                    if let Err(e) = self.checkpoint_locked(&rows, true) {
                         log::error!("index checkpoint failed: {e}");
                     }
                 }
@@ -1634,11 +1663,16 @@ impl Inner {
     }
 
     /// Writes both derived indexes' checkpoints and drops changelog entries they cover.
-    fn checkpoint_locked(&self, rows: &RowStore) -> Result<()> {
+    /// Unless `force`, does nothing when both indexes already reflect every change (a
+    /// read-only session closes without rewriting the graph files).
+    fn checkpoint_locked(&self, rows: &RowStore, force: bool) -> Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
         // counters before state: the commit leader takes them in that order
         let seq = self.counters.lock().seq;
         let st = self.state.read();
+        if !force && st.vector_seq == seq && st.keyword.committed_seq() == seq {
+            return Ok(());
+        }
         st.keyword.commit()?;
         st.vectors.checkpoint(&dir.join("vectors"), seq)?;
         drop(st);
@@ -1648,13 +1682,13 @@ impl Inner {
         b.commit()
     }
 
-    fn checkpoint_now(&self) -> Result<()> {
+    fn checkpoint_now(&self, force: bool) -> Result<()> {
         let rows = self.rows.read();
-        self.checkpoint_locked(&rows)
+        self.checkpoint_locked(&rows, force)
     }
 
     fn checkpoint(self) -> Result<()> {
-        let r = self.checkpoint_now();
+        let r = self.checkpoint_now(false);
         drop(self);
         r
     }

@@ -188,24 +188,26 @@ impl<'a> Predicate<'a> {
         best
     }
 
-    /// Upper bound on the number of passing rows, from the postings (or the namespace size).
+    /// Length of the list [`candidates`](Self::candidates) would return, without building
+    /// it (the namespace size when the filter has no posting list).
     #[must_use]
-    pub fn upper_bound(&self) -> usize {
+    pub fn candidate_count(&self) -> usize {
+        let len = |h: &u64, map: &crate::columns::IdMap<std::collections::BTreeSet<u64>>| {
+            map.get(h).map_or(0, std::collections::BTreeSet::len)
+        };
         let mut n = self.ns.ids.len();
         for h in &self.tags {
-            n = n.min(
-                self.ns
-                    .tags
-                    .get(h)
-                    .map_or(0, std::collections::BTreeSet::len),
-            );
+            n = n.min(len(h, &self.ns.tags));
         }
         for h in &self.meta {
+            n = n.min(len(h, &self.ns.meta));
+        }
+        if !self.memory_types.is_empty() {
             n = n.min(
-                self.ns
-                    .meta
-                    .get(h)
-                    .map_or(0, std::collections::BTreeSet::len),
+                self.memory_types
+                    .iter()
+                    .map(|h| len(h, &self.ns.meta))
+                    .sum(),
             );
         }
         n

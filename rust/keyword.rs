@@ -436,12 +436,18 @@ impl KeywordIndex {
     }
 
     /// BM25 top-`k` rows of `namespace` for `query` among the documents `accept(rid, version)`
-    /// keeps; best first, ties by row id.
+    /// keeps (it must check the namespace); best first, ties by row id.
+    ///
+    /// `dominant`: the namespace holds most of the index. Then the required namespace term is
+    /// left out: it would disable tantivy's block-max WAND pruning for the whole query, while
+    /// the few other tenants' documents it keeps out are dropped by `accept` anyway. Scores
+    /// are the same either way (the namespace term scores 0).
     pub fn search(
         &self,
         namespace: &str,
         query: &str,
         k: usize,
+        dominant: bool,
         accept: &dyn Fn(u64, u64) -> bool,
     ) -> Result<Vec<(u64, f64)>> {
         let terms = self.terms(query);
@@ -457,20 +463,24 @@ impl KeywordIndex {
                 (Occur::Should, q)
             })
             .collect();
-        let ns_q: Box<dyn Query> = Box::new(ConstScoreQuery::new(
-            Box::new(TermQuery::new(
-                Term::from_field_text(f.ns, namespace),
-                IndexRecordOption::Basic,
-            )),
-            0.0,
-        ));
-        let query = BooleanQuery::new(vec![
-            (Occur::Must, ns_q),
-            (
-                Occur::Must,
-                Box::new(BooleanQuery::new(words)) as Box<dyn Query>,
-            ),
-        ]);
+        let query: Box<dyn Query> = if dominant {
+            Box::new(BooleanQuery::new(words))
+        } else {
+            let ns_q: Box<dyn Query> = Box::new(ConstScoreQuery::new(
+                Box::new(TermQuery::new(
+                    Term::from_field_text(f.ns, namespace),
+                    IndexRecordOption::Basic,
+                )),
+                0.0,
+            ));
+            Box::new(BooleanQuery::new(vec![
+                (Occur::Must, ns_q),
+                (
+                    Occur::Must,
+                    Box::new(BooleanQuery::new(words)) as Box<dyn Query>,
+                ),
+            ]))
+        };
         let delta = self.shared.delta.read();
         let searcher = self.shared.reader.searcher();
         let stats = Combined {

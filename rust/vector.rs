@@ -31,13 +31,17 @@ use crate::types::Metric;
 /// Below this many vectors a namespace is a flat array (exact scans beat a graph there).
 pub const GRAPH_MIN: usize = 2048;
 /// A filtered search whose candidates number at most this is an exact scan of them.
-pub const EXACT_MAX: usize = 4096;
+pub const EXACT_MAX: usize = 1024;
 /// HNSW connectivity (M).
 pub const CONNECTIVITY: usize = 16;
 /// HNSW construction breadth.
 pub const EXPANSION_ADD: usize = 128;
-/// Default HNSW search breadth (the `count` floor of every graph search).
-pub const EXPANSION_SEARCH: usize = 64;
+/// Default search breadth: the candidate count of every graph search (recall vs speed).
+/// Graphs are created with usearch's own expansion at 1, so this per-call count alone
+/// decides the breadth (usearch searches `max(expansion, count)` candidates).
+pub const DEFAULT_BREADTH: usize = 64;
+/// Candidates rescored in f64 beyond `k` (the fast kernels may order near-ties differently).
+const RESCORE_MARGIN: usize = 8;
 /// usearch thread slots reserved per graph = permits of [`Slots`].
 const THREAD_SLOTS: usize = 32;
 
@@ -86,7 +90,22 @@ pub enum Plan<'a> {
         pred: &'a (dyn Fn(u64) -> bool + Sync),
         /// Every passing key (for the exact fallback).
         all_keys: &'a (dyn Fn() -> Vec<u64> + Sync),
+        /// Estimated share of the namespace's vectors that pass (0..=1).
+        selectivity: f64,
     },
+}
+
+/// The candidate count of an unfiltered search expected to hold `want` passing hits (twice
+/// `want / selectivity`), or None when that exceeds `cap` (a filtered search is cheaper).
+#[allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "small counts; the result is bounded by `cap`"
+)]
+fn overfetch(want: usize, selectivity: f64, cap: usize) -> Option<usize> {
+    let count = (want as f64 * 2.0 / selectivity.max(1e-6)).ceil();
+    (count <= cap as f64).then_some(count as usize)
 }
 
 /// f64 score of the metric: l2 -> 1/(1+dist), cos -> cosine, ip -> inner product.
@@ -225,7 +244,7 @@ impl VectorIndex {
             metric,
             parts: HashMap::new(),
             slots: Slots::new(THREAD_SLOTS),
-            breadth: AtomicUsize::new(EXPANSION_SEARCH),
+            breadth: AtomicUsize::new(DEFAULT_BREADTH),
         }
     }
 
@@ -240,7 +259,7 @@ impl VectorIndex {
             quantization: ScalarKind::F32,
             connectivity: CONNECTIVITY,
             expansion_add: EXPANSION_ADD,
-            expansion_search: EXPANSION_SEARCH,
+            expansion_search: 1,
             multi: false,
         };
         let index = Index::new(&options).map_err(|e| usearch_err("create", e))?;
@@ -442,15 +461,37 @@ impl VectorIndex {
             (Partition::Graph(g), Plan::Keys(keys)) => self.graph_scan(g, query, k, keys),
             (Partition::Graph(g), Plan::All) => {
                 let _permit = self.slots.acquire();
-                let count = (k + k / 2).max(breadth).min(g.index.size());
+                let count = k.max(breadth).min(g.index.size());
                 let m = g
                     .index
                     .search(query, count)
                     .map_err(|e| usearch_err("search", e))?;
                 m.keys
             }
-            (Partition::Graph(g), Plan::Predicate { pred, all_keys }) => {
-                let mut count = (k + k / 2).max(breadth);
+            (
+                Partition::Graph(g),
+                Plan::Predicate {
+                    pred,
+                    all_keys,
+                    selectivity,
+                },
+            ) => {
+                // A common filter: over-fetch an unfiltered search and keep the passing hits
+                // (cheaper than a filtered traversal, which visits ~1/selectivity more nodes).
+                if let Some(count) = overfetch(k, *selectivity, 8 * breadth.max(k)) {
+                    let count = count.max(breadth).min(g.index.size());
+                    let m = {
+                        let _permit = self.slots.acquire();
+                        g.index
+                            .search(query, count)
+                            .map_err(|e| usearch_err("search", e))?
+                    };
+                    let passing: Vec<u64> = m.keys.into_iter().filter(|key| pred(*key)).collect();
+                    if passing.len() >= k {
+                        return Ok(self.rescore(ns, query, k, &passing));
+                    }
+                }
+                let mut count = k.max(breadth);
                 loop {
                     let m = {
                         let _permit = self.slots.acquire();
@@ -479,7 +520,7 @@ impl VectorIndex {
         keys: impl Iterator<Item = u64>,
         get: impl Fn(u64) -> Option<&'v [f32]>,
     ) -> Vec<u64> {
-        let keep = k + 8;
+        let keep = k + RESCORE_MARGIN;
         let q_norm = query.iter().map(|x| x * x).sum::<f32>().sqrt();
         let mut heap: BinaryHeap<Cand> = BinaryHeap::with_capacity(keep + 1);
         for key in keys {
@@ -498,7 +539,7 @@ impl VectorIndex {
     fn graph_scan(&self, g: &Graph, query: &[f32], k: usize, keys: &[u64]) -> Vec<u64> {
         let mut buf = vec![0f32; self.dims];
         let q_norm = query.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let keep = k + 8;
+        let keep = k + RESCORE_MARGIN;
         let mut heap: BinaryHeap<Cand> = BinaryHeap::with_capacity(keep + 1);
         for key in keys {
             if !matches!(g.index.get(*key, &mut buf), Ok(n) if n > 0) {
@@ -515,9 +556,12 @@ impl VectorIndex {
         heap.into_iter().map(|c| c.1).collect()
     }
 
+    /// f64 scores of the best candidates (`cands` is ordered best-first by usearch, or
+    /// unordered from an exact scan of at most `k + RESCORE_MARGIN`), best `k` first.
     fn rescore(&self, ns: &str, query: &[f32], k: usize, cands: &[u64]) -> Vec<(u64, f64)> {
         let mut scored: Vec<(u64, f64)> = cands
             .iter()
+            .take(k + RESCORE_MARGIN)
             .filter_map(|key| {
                 self.vector(ns, *key)
                     .map(|v| (*key, score(self.metric, query, &v)))

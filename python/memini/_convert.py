@@ -672,16 +672,20 @@ def row_to_memory(row: Row | Mapping[str, Any]) -> Memory:
         CorruptionError: The row holds an unknown tier/level, bad metadata JSON or an
             out-of-range timestamp.
     """
+    # hot path of every read and search hit: plain dict lookups, no re-validation beyond
+    # what a damaged row would break
     r = cast("Mapping[str, Any]", row)
+    tier = _TIERS.get(r["tier"]) or _stored_enum(Tier, r["tier"], "tier")
     level = r.get("level")
+    meta = r.get("metadata", "")
     return Memory(
         id=r["id"],
         namespace=r["namespace"],
         content=r["content"],
-        tier=_stored_enum(Tier, r["tier"], "tier"),
-        level=_stored_enum(Level, level, "level") if level else None,
+        tier=tier,
+        level=(_LEVELS.get(level) or _stored_enum(Level, level, "level")) if level else None,
         summary=r.get("summary", ""),
-        metadata=json_to_metadata(r.get("metadata", "")),
+        metadata={} if meta in ("", "{}") else json_to_metadata(meta),
         tags=list(r.get("tags", ())),
         importance=r.get("importance", 0.0),
         created_at=opt_datetime(r.get("created_at")),
@@ -696,6 +700,10 @@ def row_to_memory(row: Row | Mapping[str, Any]) -> Memory:
         linked_memory_ids=list(r.get("linked_memory_ids", ())),
         embedding=None,
     )
+
+
+_TIERS: Final = {t.value: t for t in Tier}
+_LEVELS: Final = {lv.value: lv for lv in Level}
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ __all__ = ["Store"]
 
 _METRICS_MEMORY_TYPES = frozenset({"decision", "preference", "problem"})
 _METRIC_NAMES = ("l2", "cos", "ip")
+_MAX_DIMS = 65_536
 
 # Stores opened in this process, closed in a forked child (the parent keeps its lock).
 _open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -81,6 +82,18 @@ def _text(value: object, what: str) -> str:
 
 def _texts(values: object, what: str) -> list[str]:
     return cv._check_text_list(values, what)
+
+
+def _dir(path: object, what: str) -> Path:
+    """A directory argument: str or os.PathLike of str, valid Unicode, as an absolute Path."""
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidArgumentError(
+            f"{what} must be a str or os.PathLike, got {type(path).__name__}"
+        )
+    p = os.fspath(path)
+    if not isinstance(p, str):
+        raise InvalidArgumentError(f"{what} must be a text path, not bytes (decode it first)")
+    return Path(_text(p, what)).absolute()
 
 
 def _now(now: datetime | None, what: str = "now") -> int:
@@ -137,11 +150,13 @@ class Store:
         """
         if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int)):
             raise InvalidArgumentError(f"dims must be an int >= 1, got {type(dims).__name__}")
+        if dims is not None and not 1 <= dims <= _MAX_DIMS:
+            raise InvalidArgumentError(f"dims must be between 1 and {_MAX_DIMS}, got {dims}")
         if metric is not None and metric not in _METRIC_NAMES:
             raise InvalidArgumentError(
                 f"unknown metric {metric!r} (use one of: {', '.join(_METRIC_NAMES)})"
             )
-        p = None if path is None else Path(os.fspath(path)).absolute()
+        p = None if path is None else _dir(path, "path")
         if search_breadth is not None and (
             isinstance(search_breadth, bool)
             or not isinstance(search_breadth, int)
@@ -220,7 +235,7 @@ class Store:
             InvalidArgumentError: ``path`` already exists.
         """
         self._check()
-        dest = Path(os.fspath(path)).absolute()
+        dest = _dir(path, "backup path")
         self._engine.backup(str(dest))
         self._meta.backup(str(dest))
 
@@ -256,6 +271,10 @@ class Store:
             ``len(memories)``.
         """
         self._check()
+        if not isinstance(memories, Iterable) or isinstance(memories, str | bytes | Memory):
+            raise InvalidArgumentError(
+                f"memories must be an iterable of Memory, got {type(memories).__name__}"
+            )
         ms = list(memories)
         rows = [cv.memory_to_row(m, self._dims) for m in ms]
         inserted = self._engine.upsert_many(rows)
