@@ -177,13 +177,16 @@ STR_CALL_SITES: list[Any] = [
     pytest.param(lambda s, v: s.upsert(mem(metadata={key(v): v})), set(), id="upsert-metadata"),
     pytest.param(lambda s, v: s.upsert(mem(superseded_by=v)), set(), id="upsert-superseded-by"),
     pytest.param(lambda s, v: s.upsert(mem(linked_memory_ids=[v])), set(), id="upsert-linked"),
-    pytest.param(lambda s, v: s.upsert_many([mem(id="h2"), mem(content=v)]), set(),
-                 id="upsert-many-content"),
-    pytest.param(lambda s, v: s.upsert_many([mem(id="h2"), mem(id=v)]), {"empty"},
-                 id="upsert-many-id"),
+    pytest.param(
+        lambda s, v: s.upsert_many([mem(id="h2"), mem(content=v)]), set(), id="upsert-many-content"
+    ),
+    pytest.param(
+        lambda s, v: s.upsert_many([mem(id="h2"), mem(id=v)]), {"empty"}, id="upsert-many-id"
+    ),
     pytest.param(lambda s, v: s.update("x", "x1", content=v), set(), id="update-content"),
-    pytest.param(lambda s, v: s.update("x", "x1", tags=[v], summary=v), set(),
-                 id="update-tags-summary"),
+    pytest.param(
+        lambda s, v: s.update("x", "x1", tags=[v], summary=v), set(), id="update-tags-summary"
+    ),
     pytest.param(lambda s, v: s.update(v, "x1", content="c"), set(), id="update-namespace"),
     pytest.param(lambda s, v: s.update("x", v, content="c"), set(), id="update-id"),
     pytest.param(lambda s, v: s.update("x", "x1", **{str(v): 1}), set(), id="update-field-name"),
@@ -193,24 +196,28 @@ STR_CALL_SITES: list[Any] = [
     pytest.param(lambda s, v: s.ids_by_prefix("x", v, 10), set(), id="ids-by-prefix"),
     pytest.param(lambda s, v: s.ids_by_prefix(v, "x", 10), set(), id="ids-by-prefix-ns"),
     pytest.param(lambda s, v: s.predecessor_ids("x", v), set(), id="predecessor-ids"),
-    pytest.param(lambda s, v: s.get_by_fingerprint("x", "semantic", v), set(),
-                 id="get-by-fingerprint"),
-    pytest.param(lambda s, v: s.get_by_fingerprint("x", v, "ab"), set(),
-                 id="get-by-fingerprint-tier"),
+    pytest.param(
+        lambda s, v: s.get_by_fingerprint("x", "semantic", v), set(), id="get-by-fingerprint"
+    ),
+    pytest.param(
+        lambda s, v: s.get_by_fingerprint("x", v, "ab"), set(), id="get-by-fingerprint-tier"
+    ),
     pytest.param(lambda s, v: s.delete("x", v), set(), id="delete-id"),
     pytest.param(lambda s, v: s.delete(v, "x1"), set(), id="delete-namespace-arg"),
     pytest.param(lambda s, v: s.set_superseded("x", "x1", v), set(), id="set-superseded-by"),
     pytest.param(lambda s, v: s.set_superseded(v, "x1", "y"), set(), id="set-superseded-ns"),
     pytest.param(lambda s, v: s.restore("x", v), set(), id="restore-id"),
     pytest.param(lambda s, v: s.vector_search(v, vec(0)), set(), id="vector-search-ns"),
-    pytest.param(lambda s, v: s.vector_search_many(v, np.stack([vec(0)])), set(),
-                 id="vector-search-many-ns"),
+    pytest.param(
+        lambda s, v: s.vector_search_many(v, np.stack([vec(0)])), set(), id="vector-search-many-ns"
+    ),
     pytest.param(lambda s, v: s.keyword_search("x", v), set(), id="keyword-search-query"),
     pytest.param(lambda s, v: s.keyword_search(v, "victim"), set(), id="keyword-search-ns"),
     pytest.param(lambda s, v: s.reinforce("x", [v, "x1"], T0), set(), id="reinforce-ids"),
     pytest.param(lambda s, v: s.reinforce(v, ["x1"], T0), set(), id="reinforce-ns"),
-    pytest.param(lambda s, v: s.delete_if_expired_before("x", v, T0), set(),
-                 id="delete-if-expired-before"),
+    pytest.param(
+        lambda s, v: s.delete_if_expired_before("x", v, T0), set(), id="delete-if-expired-before"
+    ),
     pytest.param(lambda s, v: s.delete_namespace(v), set(), id="delete-namespace"),
     pytest.param(lambda s, v: s.reassign("x", ["x1"], v), {"empty"}, id="reassign-to"),
     pytest.param(lambda s, v: s.reassign(v, ["keep0"], "x"), set(), id="reassign-from"),
@@ -218,50 +225,78 @@ STR_CALL_SITES: list[Any] = [
     pytest.param(lambda s, v: s.retier("x", "x1", v, None), set(), id="retier-tier"),
     pytest.param(lambda s, v: s.retier("x", v, "working", None), set(), id="retier-id"),
     pytest.param(lambda s, v: s.set_confidence("x", v, 0.5, T0), set(), id="set-confidence"),
-    pytest.param(lambda s, v: s.mark_contradicted("x", "x1", v, 0.5, T0), set(),
-                 id="mark-contradicted-by"),
+    pytest.param(
+        lambda s, v: s.mark_contradicted("x", "x1", v, 0.5, T0), set(), id="mark-contradicted-by"
+    ),
     pytest.param(lambda s, v: s.set_embed_model(v), set(), id="set-embed-model"),
     pytest.param(lambda s, v: s.list(v), set(), id="list-namespace"),
     pytest.param(lambda s, v: s.count(v), set(), id="count-namespace"),
     pytest.param(lambda s, v: s.list("x", Filter(tags=[v])), set(), id="filter-tags"),
-    pytest.param(lambda s, v: s.count("x", Filter(metadata={key(v): v})), set(),
-                 id="filter-metadata"),
-    pytest.param(lambda s, v: s.list("x", Filter(exclude_metadata={key(v): v})), set(),
-                 id="filter-exclude-metadata"),
-    pytest.param(lambda s, v: s.vector_search("x", vec(1), Filter(exclude_ids=[v])), set(),
-                 id="filter-exclude-ids"),
-    pytest.param(lambda s, v: s.keyword_search("x", "victim", Filter(memory_types=[v])), set(),
-                 id="filter-memory-types"),
+    pytest.param(
+        lambda s, v: s.count("x", Filter(metadata={key(v): v})), set(), id="filter-metadata"
+    ),
+    pytest.param(
+        lambda s, v: s.list("x", Filter(exclude_metadata={key(v): v})),
+        set(),
+        id="filter-exclude-metadata",
+    ),
+    pytest.param(
+        lambda s, v: s.vector_search("x", vec(1), Filter(exclude_ids=[v])),
+        set(),
+        id="filter-exclude-ids",
+    ),
+    pytest.param(
+        lambda s, v: s.keyword_search("x", "victim", Filter(memory_types=[v])),
+        set(),
+        id="filter-memory-types",
+    ),
     pytest.param(lambda s, v: s.list("x", Filter(tiers=[v])), set(), id="filter-tiers"),
     pytest.param(lambda s, v: s.list("x", Filter(levels=[v])), set(), id="filter-levels"),
     pytest.param(lambda s, v: s.list("x", Filter(sort=Sort(v))), set(), id="filter-sort-key"),
     pytest.param(lambda s, v: s.put_link(NamespaceLink(v, "y", note=v)), set(), id="put-link"),
-    pytest.param(lambda s, v: s.put_link(NamespaceLink("x", "y", tiers=[v])), set(),
-                 id="put-link-tiers"),
+    pytest.param(
+        lambda s, v: s.put_link(NamespaceLink("x", "y", tiers=[v])), set(), id="put-link-tiers"
+    ),
     pytest.param(lambda s, v: s.delete_link(v, "other"), set(), id="delete-link"),
     pytest.param(lambda s, v: s.list_links(v), set(), id="list-links"),
     pytest.param(lambda s, v: s.rename_link_endpoints("x", v), set(), id="rename-link-endpoints"),
-    pytest.param(lambda s, v: s.put_api_key(APIKey(v, hash_api_key("s1"), v, v)), set(),
-                 id="put-api-key"),
+    pytest.param(
+        lambda s, v: s.put_api_key(APIKey(v, hash_api_key("s1"), v, v)), set(), id="put-api-key"
+    ),
     pytest.param(lambda s, v: s.put_api_key(APIKey("k2", v)), set(), id="put-api-key-hash"),
     pytest.param(lambda s, v: s.authenticate(v), set(), id="authenticate"),
     pytest.param(lambda s, v: s.delete_api_key(v), set(), id="delete-api-key"),
     pytest.param(lambda s, v: s.get_api_key_by_hash(v), set(), id="get-api-key-by-hash"),
-    pytest.param(lambda s, v: s.rename_api_key_namespaces(v, "y"), set(),
-                 id="rename-api-key-namespaces"),
+    pytest.param(
+        lambda s, v: s.rename_api_key_namespaces(v, "y"), set(), id="rename-api-key-namespaces"
+    ),
     pytest.param(
         lambda s, v: s.append_events(
-            [Event(v, EventKind.RECALL, "x", query=v, memory_id=v, memory_ns=v,
-                   memory_summary=v, detail={key(v): v})]
+            [
+                Event(
+                    v,
+                    EventKind.RECALL,
+                    "x",
+                    query=v,
+                    memory_id=v,
+                    memory_ns=v,
+                    memory_summary=v,
+                    detail={key(v): v},
+                )
+            ]
         ),
         set(),
         id="append-events",
     ),
     pytest.param(lambda s, v: s.append_events([Event("o", v, "x")]), set(), id="event-kind"),
-    pytest.param(lambda s, v: s.list_events(EventFilter(namespace=v, text=v)), set(),
-                 id="list-events"),
-    pytest.param(lambda s, v: s.list_events(EventFilter(namespaces=[v], kinds=[v])), set(),
-                 id="list-events-lists"),
+    pytest.param(
+        lambda s, v: s.list_events(EventFilter(namespace=v, text=v)), set(), id="list-events"
+    ),
+    pytest.param(
+        lambda s, v: s.list_events(EventFilter(namespaces=[v], kinds=[v])),
+        set(),
+        id="list-events-lists",
+    ),
 ]
 
 
@@ -333,8 +368,16 @@ MEMORY_FIELD_VALUES: dict[str, dict[str, Any]] = {
         "list": [1, 2],
         "tuple-value": {"a": (1, 2)},
     },
-    "importance": {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "str": "1", "none": None,
-                   "huge": 1e308, "numpy": np.float64(0.5), "bool": True},
+    "importance": {
+        "nan": math.nan,
+        "inf": math.inf,
+        "-inf": -math.inf,
+        "str": "1",
+        "none": None,
+        "huge": 1e308,
+        "numpy": np.float64(0.5),
+        "bool": True,
+    },
     "confidence": {"nan": math.nan, "inf": math.inf, "str": "0.5", "negative": -1.0},
     "access_count": {"negative": -1, "float": 1.5, "huge": 2**70, "str": "1", "nan": math.nan},
     "embedding": {
@@ -382,7 +425,9 @@ def test_hostile_memory_fields(seeded: tuple[Store, dict[str, Any]], field: str)
     check_all(s, snap, lambda v: s.upsert(mem(**{field: v})), MEMORY_FIELD_VALUES[field])
     check_all(s, snap, lambda v: s.update("x", "x1", **{field: v}), MEMORY_FIELD_VALUES[field])
     check_all(
-        s, snap, lambda v: s.upsert_many([mem(id="ok1"), mem(**{field: v})]),
+        s,
+        snap,
+        lambda v: s.upsert_many([mem(id="ok1"), mem(**{field: v})]),
         MEMORY_FIELD_VALUES[field],
     )
 
@@ -473,30 +518,39 @@ EDGE_TIMES: dict[str, Any] = {
     [
         pytest.param(lambda s, t: s.list("x", Filter(now=t)), id="filter-now"),
         pytest.param(lambda s, t: s.count("x", Filter(as_of=t)), id="filter-as-of"),
-        pytest.param(lambda s, t: s.vector_search("x", vec(0), Filter(created_after=t)),
-                     id="filter-created-after"),
-        pytest.param(lambda s, t: s.keyword_search("x", "victim", Filter(accessed_after=t)),
-                     id="filter-accessed-after"),
+        pytest.param(
+            lambda s, t: s.vector_search("x", vec(0), Filter(created_after=t)),
+            id="filter-created-after",
+        ),
+        pytest.param(
+            lambda s, t: s.keyword_search("x", "victim", Filter(accessed_after=t)),
+            id="filter-accessed-after",
+        ),
         pytest.param(lambda s, t: s.reinforce("x", ["x1"], t, t), id="reinforce"),
         pytest.param(lambda s, t: s.retier("x", "x1", "working", t), id="retier"),
         pytest.param(lambda s, t: s.set_confidence("x", "x1", 0.5, t), id="set-confidence"),
-        pytest.param(lambda s, t: s.mark_contradicted("x", "x1", "y", 0.5, t),
-                     id="mark-contradicted"),
-        pytest.param(lambda s, t: s.delete_if_expired_before("x", "x1", t),
-                     id="delete-if-expired-before"),
+        pytest.param(
+            lambda s, t: s.mark_contradicted("x", "x1", "y", 0.5, t), id="mark-contradicted"
+        ),
+        pytest.param(
+            lambda s, t: s.delete_if_expired_before("x", "x1", t), id="delete-if-expired-before"
+        ),
         pytest.param(lambda s, t: s.list_expired(t, 0), id="list-expired"),
         pytest.param(lambda s, t: s.sweep_expired(t), id="sweep-expired"),
         pytest.param(lambda s, t: s.namespace_activity(t), id="namespace-activity"),
-        pytest.param(lambda s, t: s.get_by_fingerprint("x", "semantic", "ab", t),
-                     id="get-by-fingerprint"),
-        pytest.param(lambda s, t: s.put_link(NamespaceLink("x", "y", created_at=t)),
-                     id="put-link"),
-        pytest.param(lambda s, t: s.put_api_key(APIKey("k9", hash_api_key("z"), created_at=t)),
-                     id="put-api-key"),
-        pytest.param(lambda s, t: s.append_events([Event("o", "recall", "x", created_at=t)]),
-                     id="append-events"),
-        pytest.param(lambda s, t: s.list_events(EventFilter(since=t, before=t)),
-                     id="list-events"),
+        pytest.param(
+            lambda s, t: s.get_by_fingerprint("x", "semantic", "ab", t), id="get-by-fingerprint"
+        ),
+        pytest.param(lambda s, t: s.put_link(NamespaceLink("x", "y", created_at=t)), id="put-link"),
+        pytest.param(
+            lambda s, t: s.put_api_key(APIKey("k9", hash_api_key("z"), created_at=t)),
+            id="put-api-key",
+        ),
+        pytest.param(
+            lambda s, t: s.append_events([Event("o", "recall", "x", created_at=t)]),
+            id="append-events",
+        ),
+        pytest.param(lambda s, t: s.list_events(EventFilter(since=t, before=t)), id="list-events"),
     ],
 )
 def test_edge_datetimes_everywhere(
@@ -529,22 +583,37 @@ INTS: dict[str, Any] = {
 @pytest.mark.parametrize(
     ("call", "must_raise"),
     [
-        pytest.param(lambda s, k: s.vector_search("x", vec(0), k=k),
-                     {"zero", "negative", "huge-negative"}, id="vector-search-k"),
-        pytest.param(lambda s, k: s.vector_search_many("x", np.stack([vec(0)]), k=k),
-                     {"zero", "negative", "huge-negative"}, id="vector-search-many-k"),
-        pytest.param(lambda s, k: s.keyword_search("x", "victim", k=k),
-                     {"zero", "negative", "huge-negative"}, id="keyword-search-k"),
+        pytest.param(
+            lambda s, k: s.vector_search("x", vec(0), k=k),
+            {"zero", "negative", "huge-negative"},
+            id="vector-search-k",
+        ),
+        pytest.param(
+            lambda s, k: s.vector_search_many("x", np.stack([vec(0)]), k=k),
+            {"zero", "negative", "huge-negative"},
+            id="vector-search-many-k",
+        ),
+        pytest.param(
+            lambda s, k: s.keyword_search("x", "victim", k=k),
+            {"zero", "negative", "huge-negative"},
+            id="keyword-search-k",
+        ),
         pytest.param(lambda s, n: s.list("x", None, n), set(), id="list-limit"),
         pytest.param(lambda s, n: s.list("x", None, 0, n), set(), id="list-offset"),
         pytest.param(lambda s, n: s.ids_by_prefix("x", "x", n), set(), id="ids-by-prefix-limit"),
         pytest.param(lambda s, n: s.list_expired(T0, n), set(), id="list-expired-limit"),
         pytest.param(lambda s, n: s.sweep_expired(T0, n), set(), id="sweep-limit"),
         pytest.param(lambda s, n: s.prune_events(None, n), set(), id="prune-keep-max"),
-        pytest.param(lambda s, n: s.list_events(EventFilter(limit=n, before_id=n)), set(),
-                     id="event-filter-ints"),
-        pytest.param(lambda s, n: s.append_events([Event("o", "recall", "x", rank=n)]), set(),
-                     id="event-rank"),
+        pytest.param(
+            lambda s, n: s.list_events(EventFilter(limit=n, before_id=n)),
+            set(),
+            id="event-filter-ints",
+        ),
+        pytest.param(
+            lambda s, n: s.append_events([Event("o", "recall", "x", rank=n)]),
+            set(),
+            id="event-rank",
+        ),
     ],
 )
 def test_hostile_ints(
@@ -599,11 +668,15 @@ def test_hostile_floats_in_calls(seeded: tuple[Store, dict[str, Any]]) -> None:
     s, snap = seeded
     floats = {"nan": math.nan, "inf": math.inf, "str": "0.5", "none": None, "huge": 1e308}
     check_all(s, snap, lambda c: s.set_confidence("x", "x1", c, T0), floats, {"nan", "inf"})
-    check_all(s, snap, lambda c: s.mark_contradicted("x", "x1", "y", c, T0), floats,
-              {"nan", "inf"})
+    check_all(s, snap, lambda c: s.mark_contradicted("x", "x1", "y", c, T0), floats, {"nan", "inf"})
     check_all(s, snap, lambda c: s.append_events([Event("o", "recall", "x", score=c)]), floats)
-    check_all(s, snap, lambda c: s.append_events([Event("o", "recall", "x", detail={"a": c})]),
-              floats, {"nan", "inf"})
+    check_all(
+        s,
+        snap,
+        lambda c: s.append_events([Event("o", "recall", "x", detail={"a": c})]),
+        floats,
+        {"nan", "inf"},
+    )
 
 
 HOSTILE_FILTERS: dict[str, Any] = {
@@ -647,19 +720,28 @@ WHOLE: dict[str, Any] = {"none": None, "dict": {"id": "a"}, "str": "abc", "int":
     [
         pytest.param(lambda s, v: s.upsert(v), WHOLE, set(WHOLE), id="upsert"),
         pytest.param(lambda s, v: s.upsert_many(v), WHOLE, {"dict", "int"}, id="upsert-many"),
-        pytest.param(lambda s, v: s.upsert_many([mem(id="ok1"), v]), WHOLE, set(WHOLE),
-                     id="upsert-many-item"),
+        pytest.param(
+            lambda s, v: s.upsert_many([mem(id="ok1"), v]), WHOLE, set(WHOLE), id="upsert-many-item"
+        ),
         pytest.param(lambda s, v: s.put_link(v), WHOLE, set(WHOLE), id="put-link"),
         pytest.param(lambda s, v: s.put_api_key(v), WHOLE, set(WHOLE), id="put-api-key"),
-        pytest.param(lambda s, v: s.append_events(v), WHOLE, {"dict", "int", "str"},
-                     id="append-events"),
-        pytest.param(lambda s, v: s.append_events([v]), WHOLE, set(WHOLE),
-                     id="append-events-item"),
-        pytest.param(lambda s, v: s.reinforce("x", v, T0), {**WHOLE, "gen": iter(["x1"])},
-                     set(), id="reinforce-ids"),
+        pytest.param(
+            lambda s, v: s.append_events(v), WHOLE, {"dict", "int", "str"}, id="append-events"
+        ),
+        pytest.param(lambda s, v: s.append_events([v]), WHOLE, set(WHOLE), id="append-events-item"),
+        pytest.param(
+            lambda s, v: s.reinforce("x", v, T0),
+            {**WHOLE, "gen": iter(["x1"])},
+            set(),
+            id="reinforce-ids",
+        ),
         pytest.param(lambda s, v: s.reassign("x", v, "y"), WHOLE, set(), id="reassign-ids"),
-        pytest.param(lambda s, v: s.backup(v), {**WHOLE, "nul": "a\x00b"},
-                     {"none", "dict", "int", "nul"}, id="backup-path"),
+        pytest.param(
+            lambda s, v: s.backup(v),
+            {**WHOLE, "nul": "a\x00b"},
+            {"none", "dict", "int", "nul"},
+            id="backup-path",
+        ),
     ],
 )
 def test_hostile_whole_arguments(

@@ -355,7 +355,10 @@ OPENER = textwrap.dedent(
 
 def try_open_elsewhere(path: Path) -> tuple[str, float]:
     out = subprocess.run(
-        [sys.executable, "-c", OPENER, str(path)], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", OPENER, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=True,
     ).stdout.split()
     return out[0], float(out[1])

@@ -215,14 +215,18 @@ def test_directory_chmod_read_only_as_unprivileged_owner(tmp_path: Path) -> None
     """Real permission semantics: the child drops root, then makes its store read-only."""
     if os.geteuid() != 0:
         pytest.skip("needs root to switch the child to an unprivileged uid")
+
     def drop() -> None:
         os.setgid(65534)
         os.setuid(65534)
 
     try:
         probe = subprocess.run(
-            [sys.executable, "-c", "import memini"], capture_output=True, timeout=60,
-            preexec_fn=drop, check=False,
+            [sys.executable, "-c", "import memini"],
+            capture_output=True,
+            timeout=60,
+            preexec_fn=drop,
+            check=False,
         )
     except OSError as e:
         pytest.skip(f"uid 65534 cannot run this interpreter ({e}); see the ext4 test")
@@ -245,8 +249,11 @@ def test_directory_chmod_read_only_as_unprivileged_owner(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "done" in proc.stdout, proc.stdout + proc.stderr[-3000:]
     acked = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("ack")]
-    failed = [row(int(line.split()[1])).id for line in proc.stdout.splitlines()
-              if line.startswith("err") and line.split()[1].isdigit()]
+    failed = [
+        row(int(line.split()[1])).id
+        for line in proc.stdout.splitlines()
+        if line.startswith("err") and line.split()[1].isdigit()
+    ]
     for root, dirs, files in os.walk(path):
         for name in files:
             os.chmod(os.path.join(root, name), 0o644)

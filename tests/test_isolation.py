@@ -88,11 +88,16 @@ CROSS_NS_MISSING: list[Any] = [
     pytest.param(lambda s: s.retier(BOB, "a0", "working", None), id="retier"),
     pytest.param(lambda s: s.set_confidence(BOB, "a0", 0.5, T0), id="set-confidence"),
     pytest.param(lambda s: s.mark_contradicted(BOB, "a0", "b0", 0.1, T0), id="mark-contradicted"),
-    pytest.param(lambda s: s.delete_if_expired_before(BOB, "a2", T0 + timedelta(days=9)),
-                 id="delete-if-expired-before"),
-    pytest.param(lambda s: s.get_by_fingerprint(BOB, "semantic",
-                                                fingerprint(f"{SECRET_WORD} private fact 0"), T0),
-                 id="get-by-fingerprint"),
+    pytest.param(
+        lambda s: s.delete_if_expired_before(BOB, "a2", T0 + timedelta(days=9)),
+        id="delete-if-expired-before",
+    ),
+    pytest.param(
+        lambda s: s.get_by_fingerprint(
+            BOB, "semantic", fingerprint(f"{SECRET_WORD} private fact 0"), T0
+        ),
+        id="get-by-fingerprint",
+    ),
 ]
 
 
@@ -111,8 +116,12 @@ def test_upsert_of_other_namespace_id_conflicts_without_leaking(two: Store) -> N
         two.upsert(Memory(id="a0", namespace=BOB, content="takeover", embedding=vec(9)))
     assert_no_leak(e.value)
     with pytest.raises(ConflictError) as e:
-        two.upsert_many([Memory(id="b9", namespace=BOB, content="x"),
-                         Memory(id="a1", namespace=BOB, content="takeover")])
+        two.upsert_many(
+            [
+                Memory(id="b9", namespace=BOB, content="x"),
+                Memory(id="a1", namespace=BOB, content="takeover"),
+            ]
+        )
     assert_no_leak(e.value)
     assert alice_state(two) == before
     assert [m.id for m in two.list(BOB, EVERYTHING)] == ["b0"]

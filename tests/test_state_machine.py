@@ -455,8 +455,9 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule(ns=nss, id=ids)
     def predecessors(self, ns: str, id: str) -> None:
-        want = sorted(r["id"] for r in self.rows.values()
-                      if r["namespace"] == ns and r["superseded_by"] == id)
+        want = sorted(
+            r["id"] for r in self.rows.values() if r["namespace"] == ns and r["superseded_by"] == id
+        )
         assert sorted(self.store.predecessor_ids(ns, id)) == want
 
     @rule(
@@ -466,9 +467,7 @@ class StoreModel(RuleBasedStateMachine):
         seed=st.integers(0, 10_000),
         own=st.none() | ids,
     )
-    def vector_search(
-        self, ns: str, f: Filter | None, k: int, seed: int, own: str | None
-    ) -> None:
+    def vector_search(self, ns: str, f: Filter | None, k: int, seed: int, own: str | None) -> None:
         r = self.rows.get(own) if own is not None else None
         if r is not None and r["emb"] is not None:
             q = r["emb"]
