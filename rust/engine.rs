@@ -85,14 +85,8 @@ enum VecChange {
     Remove,
 }
 
-/// The result of one queued write.
-enum Out {
-    Unit,
-    Inserted(Vec<bool>),
-    Row(Box<Memory>),
-    Count(usize),
-    Tiers(Vec<Tier>),
-}
+/// The result of one queued write (its concrete type is known to the caller of `submit`).
+type Out = Box<dyn std::any::Any + Send>;
 
 type Op = Box<dyn FnOnce(&mut Tx<'_>) -> Result<Out> + Send>;
 
@@ -565,7 +559,19 @@ impl Engine {
         }
     }
 
-    fn submit(&self, op: Op) -> Result<Out> {
+    /// Queues a write and waits for its durable result (see the module docs).
+    fn submit<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let op: Op = Box::new(move |tx: &mut Tx<'_>| op(tx).map(|v| Box::new(v) as Out));
+        self.submit_op(op)?
+            .downcast::<T>()
+            .map(|b| *b)
+            .map_err(|_| Error::storage("write queue", "result of an unexpected type"))
+    }
+
+    fn submit_op(&self, op: Op) -> Result<Out> {
         let inner = self.inner()?;
         let slot = Arc::new(Slot::default());
         let mut q = inner.queue.lock();
@@ -597,7 +603,7 @@ impl Engine {
                 validate_vector(v, dims)?;
             }
         }
-        let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             // validate the whole batch before writing any of it
             let mut seen: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
             for m in &memories {
@@ -650,12 +656,8 @@ impl Engine {
                 };
                 tx.write(rid, old.as_ref().map(|(_, c)| c), col, Some(&payload), vector)?;
             }
-            Ok(Out::Inserted(inserted))
-        }))?;
-        match out {
-            Out::Inserted(v) => Ok(v),
-            _ => Err(Error::storage("upsert", "unexpected result")),
-        }
+            Ok(inserted)
+        })
     }
 
     /// Partial update; returns the stored row.
@@ -677,7 +679,7 @@ impl Engine {
             ));
         }
         let (ns, id) = (ns.to_owned(), id.to_owned());
-        let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             let (rid, old) = tx.load(&ns, &id)?;
             let p = tx.batch.payload(rid)?;
             let mut m = to_memory(&old, p);
@@ -746,12 +748,8 @@ impl Engine {
                 payload_changed.then_some(&payload),
                 vector,
             )?;
-            Ok(Out::Row(Box::new(m)))
-        }))?;
-        match out {
-            Out::Row(m) => Ok(*m),
-            _ => Err(Error::storage("update", "unexpected result")),
-        }
+            Ok(m)
+        })
     }
 
     /// Applies `f` to the column record of one row (no payload change); `NotFound` if absent.
@@ -762,14 +760,13 @@ impl Engine {
         f: impl FnOnce(&mut Col) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let (ns, id) = (ns.to_owned(), id.to_owned());
-        self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             let (rid, old) = tx.load(&ns, &id)?;
             let mut col = old.clone();
             f(&mut col)?;
             tx.write(rid, Some(&old), col, None, VecChange::Keep)?;
-            Ok(Out::Unit)
-        }))
-        .map(|_| ())
+            Ok(())
+        })
     }
 
     /// Deletes a row; returns it.
@@ -784,7 +781,7 @@ impl Engine {
 
     fn delete_where(&self, ns: &str, id: &str, cutoff: Option<Micros>) -> Result<Memory> {
         let (ns, id) = (ns.to_owned(), id.to_owned());
-        let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             let (rid, col) = tx.load(&ns, &id)?;
             if let Some(c) = cutoff {
                 if col.expires_at.is_none_or(|e| e > c) {
@@ -795,12 +792,8 @@ impl Engine {
             }
             let m = to_memory(&col, tx.batch.payload(rid)?);
             tx.delete(rid, &col)?;
-            Ok(Out::Row(Box::new(m)))
-        }))?;
-        match out {
-            Out::Row(m) => Ok(*m),
-            _ => Err(Error::storage("delete", "unexpected result")),
-        }
+            Ok(m)
+        })
     }
 
     /// Tombstones a row; stamps `valid_to = now` unless set.
@@ -862,7 +855,7 @@ impl Engine {
             return Err(Error::invalid("confidence must be a finite number"));
         }
         let (ns, id, by) = (ns.to_owned(), id.to_owned(), by.to_owned());
-        self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             let (rid, old) = tx.load(&ns, &id)?;
             let mut p = tx.batch.payload(rid)?;
             let mut meta: serde_json::Map<String, serde_json::Value> =
@@ -881,9 +874,8 @@ impl Engine {
             col.valid_to.get_or_insert(now);
             col.updated_at = now;
             tx.write(rid, Some(&old), col, Some(&p), VecChange::Keep)?;
-            Ok(Out::Unit)
-        }))
-        .map(|_| ())
+            Ok(())
+        })
     }
 
     /// access_count += 1 and last_accessed_at = `at` on the listed rows of `ns`; `new_expiry`
@@ -900,7 +892,7 @@ impl Engine {
         let mut ids = ids;
         ids.sort_unstable();
         ids.dedup();
-        self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             for id in ids {
                 let Ok((rid, old)) = tx.load(&ns, &id) else {
                     continue;
@@ -913,15 +905,14 @@ impl Engine {
                 }
                 tx.write(rid, Some(&old), col, None, VecChange::Keep)?;
             }
-            Ok(Out::Unit)
-        }))
-        .map(|_| ())
+            Ok(())
+        })
     }
 
     /// Deletes up to `limit` (<= 0: all) rows with `expires_at <= now` across namespaces,
     /// each through the `delete_if_expired_before` rule; returns the tiers of the rows deleted.
     pub fn sweep_expired(&self, now: Micros, limit: i64) -> Result<Vec<Tier>> {
-        let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             let mut cands: Vec<(Micros, &str, u64)> = Vec::new();
             for ns in tx.cols.namespaces.values() {
                 if !ns.expiries.any_at_or_before(now) {
@@ -950,18 +941,14 @@ impl Engine {
                     tiers.push(col.tier);
                 }
             }
-            Ok(Out::Tiers(tiers))
-        }))?;
-        match out {
-            Out::Tiers(t) => Ok(t),
-            _ => Err(Error::storage("sweep", "unexpected result")),
-        }
+            Ok(tiers)
+        })
     }
 
     /// Deletes every row of a namespace; returns the tiers of the rows deleted.
     pub fn delete_namespace(&self, ns: &str) -> Result<Vec<Tier>> {
         let ns = ns.to_owned();
-        let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             let mut tiers = Vec::new();
             for rid in tx.rids_of(&ns) {
                 let Some(col) = tx.batch.col(rid)? else {
@@ -972,12 +959,8 @@ impl Engine {
                     tiers.push(col.tier);
                 }
             }
-            Ok(Out::Tiers(tiers))
-        }))?;
-        match out {
-            Out::Tiers(t) => Ok(t),
-            _ => Err(Error::storage("delete_namespace", "unexpected result")),
-        }
+            Ok(tiers)
+        })
     }
 
     /// Moves the listed rows from one namespace to another; returns rows moved.
@@ -992,7 +975,7 @@ impl Engine {
             ));
         }
         let (from, to) = (from.to_owned(), to.to_owned());
-        let out = self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             let mut n = 0;
             for id in ids {
                 let Ok((rid, old)) = tx.load(&from, &id) else {
@@ -1003,12 +986,8 @@ impl Engine {
                 tx.write(rid, Some(&old), col, None, VecChange::Keep)?;
                 n += 1;
             }
-            Ok(Out::Count(n))
-        }))?;
-        match out {
-            Out::Count(n) => Ok(n),
-            _ => Err(Error::storage("reassign", "unexpected result")),
-        }
+            Ok(n)
+        })
     }
 
     /// The embedding model name ("" until set).
@@ -1024,11 +1003,10 @@ impl Engine {
     /// Sets the embedding model name.
     pub fn set_embed_model(&self, model: &str) -> Result<()> {
         let model = model.to_owned();
-        self.submit(Box::new(move |tx: &mut Tx<'_>| {
+        self.submit(move |tx: &mut Tx<'_>| {
             tx.batch.set_meta("embed_model", &model)?;
-            Ok(Out::Unit)
-        }))
-        .map(|_| ())
+            Ok(())
+        })
     }
 
     // ---------------------------------------------------------------- reads
