@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BENCH_ROWS ?= 10000
 
-.PHONY: help venv install test test-rust test-py lint bench bench-smoke demo wheel wheel-check clean
+.PHONY: help venv install test test-rust test-py lint bench bench-venv bench-compare bench-scale bench-smoke demo wheel wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -42,8 +42,21 @@ test: install lint test-rust  ## everything CI runs: lint, Rust tests, Python te
 	$(MAKE) bench-smoke
 	$(MAKE) wheel-check
 
-bench: install  ## full benchmark run at 100k rows, saved for comparison
-	MEMINI_BENCH_ROWS=100000 $(PY) -m pytest benches --benchmark-save=run --benchmark-columns=mean,ops
+bench: install  ## full benchmark run at 100k rows, saved, then gated by benches/floors.json (ratios only)
+	mkdir -p build
+	MEMINI_BENCH_ROWS=100000 $(PY) -m pytest benches --benchmark-save=run --benchmark-json=build/bench.json --benchmark-columns=mean,ops
+	$(PY) benches/gate.py build/bench.json
+
+bench-venv: wheel  ## ./.venv-bench: the release wheel plus the heavy peers (bench extra); CI never builds it
+	test -x .venv-bench/bin/python || python3 -m venv .venv-bench
+	.venv-bench/bin/pip install -q --force-reinstall --no-deps dist/*.whl
+	.venv-bench/bin/pip install -q "$$(ls dist/*.whl)[bench]"
+
+bench-compare: bench-venv  ## memini vs sqlite-vec/chroma/lancedb/usearch/tantivy/numpy -> benches/REPORT.md
+	.venv-bench/bin/python benches/compare.py
+
+bench-scale: bench-venv  ## memini alone on 1M synthetic rows -> benches/REPORT.md (~30 min)
+	.venv-bench/bin/python benches/scale.py
 
 demo: install  ## the main job: import a sample into ./memini-data and recall from it
 	$(VENV)/bin/memini demo

@@ -504,7 +504,8 @@ class Numpy(System):
         rows, base = self.bases[tag]
         qn = q / np.linalg.norm(q)
         sims = base @ qn
-        top = np.argpartition(-sims, D.K - 1)[: D.K]
+        k = min(D.K, len(sims))  # a tiny filtered set may hold fewer than k rows
+        top = np.argpartition(-sims, k - 1)[:k]
         return rows[top[np.argsort(-sims[top])]].tolist()
 
 
@@ -790,7 +791,7 @@ def write_report(
                 continue
             r = ours / theirs
             worse = (r < 0.995) if hib else (r > 1.005)
-            row.append(f"{r:.2f}{'*' if worse else ''}")
+            row.append((f"{r:.2f}" if r < 10 else f"{r:,.0f}") + ("*" if worse else ""))
         rows.append(row)
     lines += [R.table(["measure", *peers], rows), ""]
     lines += ["### Absolute numbers", ""]
@@ -840,7 +841,10 @@ def write_report(
         ]
     sweeps = {n: results[n]["sweep"] for n in names if "sweep" in results[n]}
     if sweeps:
-        lines += ["### Breadth sweeps (recall@10 vs QPS, unfiltered, 500 queries)", ""]
+        lines += [
+            "### Breadth sweeps (recall@10 vs QPS, unfiltered, min(500, query count) queries)",
+            "",
+        ]
         for n, pts in sweeps.items():
             lines.append(
                 f"- {n} ({SWEEP_KNOB[n]}): "
@@ -876,8 +880,7 @@ def make_plots(results: dict[str, Any], sizes: dict[int, dict[str, Any]]) -> lis
         if "sweep" in res:
             pts = sorted(res["sweep"])
             _, r, q = zip(*pts, strict=True)
-            if min(r) < y0:
-                below.append(f"{n}: recall {min(r):.2f}-{max(r):.2f}")
+            below += [f"{n} at {bi}: recall {ri:.2f}" for bi, ri, _ in pts if ri < y0]
             ax.plot(
                 q,
                 [max(x, y0) for x in r],
@@ -916,7 +919,7 @@ def make_plots(results: dict[str, Any], sizes: dict[int, dict[str, Any]]) -> lis
         ax.text(
             1.01,
             0.02,
-            "drawn at the bottom edge:\n" + "\n".join(below),
+            "below the axis, drawn at its edge:\n" + "\n".join(below),
             transform=ax.transAxes,
             fontsize=8,
             va="bottom",
@@ -1008,7 +1011,7 @@ def main() -> None:
         saved = json.loads(args.from_json.read_text())
         meta = saved["meta"]
         if args.notes:
-            meta["notes"] = args.notes.read_text()
+            meta["notes"] = _notes(args.notes)
         sizes = {int(k): v for k, v in saved["sizes"].items()}
         for res in [saved["results"], *sizes.values()]:
             res.get("numpy", {}).pop("ingest_rows_s", None)  # older files: an array copy
@@ -1047,9 +1050,9 @@ def main() -> None:
         "machine": machine,
         "minutes": minutes,
         "versions": versions(),
-        "notes": args.notes.read_text() if args.notes else "",
+        "notes": _notes(args.notes),
     }
-    plots = make_plots(results, sizes)
+    # the raw numbers first: a failure while drawing must not lose a 30-minute run
     R.REPORT_DIR.mkdir(parents=True, exist_ok=True)
     (R.REPORT_DIR / "compare.json").write_text(
         json.dumps(
@@ -1058,9 +1061,21 @@ def main() -> None:
             default=str,
         )
     )
+    plots = make_plots(results, sizes)
     write_report(results, {k: v for k, v in sizes.items()}, meta, plots)
     shutil.rmtree(root, ignore_errors=True)
     log(f"done in {minutes:.1f} min; wrote {R.REPORT}")
+
+
+def _notes(path: Path | None) -> str:
+    """The notes file's text; a missing file is reported, never fatal."""
+    if path is None:
+        return ""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        log(f"notes not read: {e}")
+        return ""
 
 
 def run_all(
