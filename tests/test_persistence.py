@@ -484,10 +484,11 @@ while True:
 """
 
 
-def test_sigkilled_writer_loses_no_acknowledged_batch(tmp_path: Path) -> None:
-    path = tmp_path / "store"
+def _run_until_killed(script: str, path: Path, acks: int) -> int:
+    """Run a writer script on ``path``, SIGKILL it once it has acknowledged ``acks`` steps
+    (one integer per line on stdout); return the last step acknowledged."""
     writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(path)],
+        [sys.executable, "-c", script, str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -495,7 +496,7 @@ def test_sigkilled_writer_loses_no_acknowledged_batch(tmp_path: Path) -> None:
     acknowledged = -1
     try:
         assert writer.stdout is not None
-        while acknowledged < 30:
+        while acknowledged < acks:
             line = writer.stdout.readline()
             if not line:
                 break
@@ -511,7 +512,13 @@ def test_sigkilled_writer_loses_no_acknowledged_batch(tmp_path: Path) -> None:
         for stream in (writer.stdout, writer.stderr):
             if stream is not None:
                 stream.close()
-    assert acknowledged >= 30, err
+    assert acknowledged >= acks, err
+    return acknowledged
+
+
+def test_sigkilled_writer_loses_no_acknowledged_batch(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    acknowledged = _run_until_killed(WRITER, path, 30)
 
     with Store.open(path) as s:
         batches: dict[int, int] = {}
@@ -665,31 +672,7 @@ while True:
 def test_sigkilled_mixed_writer_indexes_match_rows(tmp_path: Path) -> None:
     """After a crash, replayed indexes agree with the rows: no deleted or stale entry returns."""
     path = tmp_path / "store"
-    writer = subprocess.Popen(
-        [sys.executable, "-c", MIXED_WRITER, str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    acknowledged = -1
-    try:
-        assert writer.stdout is not None
-        while acknowledged < 40:
-            line = writer.stdout.readline()
-            if not line:
-                break
-            acknowledged = int(line)
-        writer.send_signal(signal.SIGKILL)
-        writer.wait()
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
-        err = writer.stderr.read() if writer.stderr else ""
-        for stream in (writer.stdout, writer.stderr):
-            if stream is not None:
-                stream.close()
-    assert acknowledged >= 40, err
+    acknowledged = _run_until_killed(MIXED_WRITER, path, 40)
 
     with Store.open(path) as s:
         rows = {m.id: m for ns in s.list_namespaces() for m in s.list(ns, EVERYTHING)}
