@@ -705,10 +705,4 @@ impl VectorIndex {
         }
         Some(manifest.seq)
     }
-
-    /// Whether the namespace's partition is a graph (loaded from a checkpoint).
-    #[must_use]
-    pub fn is_graph(&self, ns: &str) -> bool {
-        matches!(self.parts.get(ns), Some(Partition::Graph(_)))
-    }
 }
