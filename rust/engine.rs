@@ -228,6 +228,22 @@ impl Tx<'_> {
             old.map_or(seq, |o| o.version)
         };
         let old_vkey = old.and_then(|o| o.vkey);
+        // re-upserting the same vector keeps its key: no graph insert, no grave
+        let vector = match vector {
+            VecChange::Set(v) if !moved && old_vkey.is_some() => {
+                let same = self.batch.vector(rid)?.is_some_and(|o| {
+                    o.iter()
+                        .map(|x| x.to_bits())
+                        .eq(v.iter().map(|x| x.to_bits()))
+                });
+                if same {
+                    VecChange::Keep
+                } else {
+                    VecChange::Set(v)
+                }
+            }
+            other => other,
+        };
         let unchanged = matches!(vector, VecChange::Keep) && !moved;
         let new_vector = match vector {
             VecChange::Set(v) => Some(v),
@@ -272,6 +288,7 @@ impl Tx<'_> {
             let doc = Doc {
                 namespace: col.namespace.clone(),
                 text,
+                tags: col.tag_hashes.clone(),
                 version: col.version,
             };
             self.effects.docs.push(DocChange {
@@ -1416,7 +1433,13 @@ impl Engine {
                     .is_some_and(|c| c.version == ver && c.namespace == ns && pred.matches(rid, c))
             };
             let dominant = 2 * n.ids.len() >= st.cols.rows.len();
-            let hits = st.keyword.search(ns, query, k, dominant, &accept)?;
+            // tags passing under a tenth of the namespace: let tantivy intersect their postings
+            let tags = if pred.tags().is_empty() || 10 * pred.candidate_count() >= n.ids.len() {
+                &[][..]
+            } else {
+                pred.tags()
+            };
+            let hits = st.keyword.search(ns, query, k, dominant, tags, &accept)?;
             let rids: Vec<u64> = hits.iter().map(|h| h.0).collect();
             let mems = materialize(st, snap, &rids)?;
             Ok(mems
@@ -1779,6 +1802,7 @@ fn open_keyword(
                             Some(Doc {
                                 namespace: c.namespace.clone(),
                                 text: doc_text(&p),
+                                tags: c.tag_hashes.clone(),
                                 version: c.version,
                             }),
                             seq,

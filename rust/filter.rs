@@ -96,6 +96,12 @@ impl<'a> Predicate<'a> {
         p
     }
 
+    /// Hashes of the tags a row must carry (all of them).
+    #[must_use]
+    pub fn tags(&self) -> &[u64] {
+        &self.tags
+    }
+
     /// True when every row of the namespace passes (searches then need no predicate at all).
     #[must_use]
     pub fn is_trivial(&self) -> bool {

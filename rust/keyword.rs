@@ -18,7 +18,11 @@
 //!   the delta into tantivy (commit + reload) on a size/time threshold; deleted documents stay
 //!   in tantivy's statistics until a merge, exactly as the delta's additions do, so a row's
 //!   score does not jump when it is folded in.
-//! - The commit payload records the changelog sequence the index reflects.
+//! - Each document also carries its tags' hashes as terms. A filter whose tags pass few rows
+//!   makes them required, zero-scored terms, so tantivy intersects posting lists instead of
+//!   scoring every document that matches the words.
+//! - The commit payload records the changelog sequence the index reflects. Segments merge in
+//!   the background (a log merge policy); the reader picks merged segments up when idle.
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::Path;
@@ -27,8 +31,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
+use tantivy::columnar::Column;
 use tantivy::directory::MmapDirectory;
 use tantivy::fieldnorm::FieldNormReader;
+use tantivy::index::SegmentId;
+use tantivy::indexer::LogMergePolicy;
 use tantivy::query::{
     Bm25StatisticsProvider, Bm25Weight, BooleanQuery, ConstScoreQuery, EnableScoring, Occur, Query,
     TermQuery,
@@ -40,13 +47,16 @@ use tantivy::tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, SimpleTokenizer, Stemmer, TextAnalyzer,
 };
 use tantivy::{
-    doc, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term,
+    Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, SegmentReader, TantivyDocument, Term,
 };
 
 use crate::error::{Error, Result};
 
 const TOKENIZER: &str = "memini";
 const WRITER_MEMORY: usize = 64 << 20;
+/// Merge this many segments of one size class at a time (tantivy's default is 8): fewer
+/// segments per search, for a little more merging while writing.
+const MERGE_SEGMENTS: usize = 4;
 /// Fold the delta into tantivy when it holds this many documents...
 pub const FOLD_DOCS: usize = 4096;
 /// ...or when its oldest change is this old.
@@ -71,6 +81,8 @@ struct Fields {
     ver: Field,
     ns: Field,
     text: Field,
+    /// The row's tag hashes (`columns::tag_hash`), one term each.
+    tag: Field,
 }
 
 struct Writer {
@@ -83,12 +95,14 @@ struct Writer {
     committed: u64,
 }
 
-/// A document to index: the row's namespace, text and version.
+/// A document to index: the row's namespace, text, tag hashes and version.
 pub struct Doc {
     /// Namespace.
     pub namespace: String,
     /// Content, summary and tags, joined.
     pub text: String,
+    /// Hashes of the row's tags.
+    pub tags: Vec<u64>,
     /// The row's doc version.
     pub version: u64,
 }
@@ -178,9 +192,15 @@ impl Bm25StatisticsProvider for Combined<'_> {
     }
 }
 
+/// The `rid` and `ver` fast-field columns of one segment.
+type Columns = (Column<u64>, Column<u64>);
+
 struct Shared {
     fields: Fields,
+    index: Index,
     reader: IndexReader,
+    /// Fast-field columns per segment, opened once rather than on every search.
+    columns: Mutex<HashMap<SegmentId, Columns>>,
     writer: Mutex<Writer>,
     delta: RwLock<Delta>,
     stop: Mutex<bool>,
@@ -234,7 +254,7 @@ impl Shared {
             seq
         };
         let mut d = self.delta.write();
-        self.reader.reload().map_err(|e| kw_err("reload", e))?;
+        self.reload()?;
         let folded: Vec<u64> = d
             .docs
             .iter()
@@ -252,6 +272,47 @@ impl Shared {
         Ok(())
     }
 
+    /// Reloads the reader and forgets the columns of segments it no longer has.
+    fn reload(&self) -> Result<()> {
+        self.reader.reload().map_err(|e| kw_err("reload", e))?;
+        let live: HashSet<SegmentId> = self
+            .reader
+            .searcher()
+            .segment_readers()
+            .iter()
+            .map(SegmentReader::segment_id)
+            .collect();
+        self.columns.lock().retain(|id, _| live.contains(id));
+        Ok(())
+    }
+
+    /// Whether background merges changed the committed segments since the last reload.
+    fn merged(&self) -> bool {
+        let searcher = self.reader.searcher();
+        let ours: HashSet<SegmentId> = searcher
+            .segment_readers()
+            .iter()
+            .map(SegmentReader::segment_id)
+            .collect();
+        self.index
+            .searchable_segment_ids()
+            .is_ok_and(|ids| ids.len() != ours.len() || ids.iter().any(|i| !ours.contains(i)))
+    }
+
+    /// The `rid` and `ver` columns of a segment.
+    fn columns(&self, seg: &SegmentReader) -> Result<Columns> {
+        if let Some(c) = self.columns.lock().get(&seg.segment_id()) {
+            return Ok(c.clone());
+        }
+        let ff = seg.fast_fields();
+        let c = (
+            ff.u64("rid").map_err(|e| kw_err("fast field", e))?,
+            ff.u64("ver").map_err(|e| kw_err("fast field", e))?,
+        );
+        self.columns.lock().insert(seg.segment_id(), c.clone());
+        Ok(c)
+    }
+
     fn fold_due(&self) -> bool {
         let d = self.delta.read();
         d.docs.len() >= FOLD_DOCS || d.oldest.is_some_and(|t| t.elapsed() >= FOLD_AGE)
@@ -265,10 +326,17 @@ impl Shared {
                 break;
             }
             drop(stop);
-            if self.fold_due() {
-                if let Err(e) = self.fold() {
-                    log::error!("{e}");
-                }
+            let done = if self.fold_due() {
+                self.fold()
+            } else if self.merged() {
+                // merged segments hold the same documents: no delta to drop
+                let _d = self.delta.write();
+                self.reload()
+            } else {
+                Ok(())
+            };
+            if let Err(e) = done {
+                log::error!("{e}");
             }
             stop = self.stop.lock();
         }
@@ -290,6 +358,7 @@ impl KeywordIndex {
             ver: sb.add_u64_field("ver", FAST),
             ns: sb.add_text_field("ns", STRING),
             text: sb.add_text_field("text", text_opts),
+            tag: sb.add_u64_field("tag", INDEXED),
         };
         let schema = sb.build();
         let (index, mut fresh) = match dir {
@@ -329,9 +398,12 @@ impl KeywordIndex {
                 0
             }
         };
-        let writer = index
+        let writer: IndexWriter<TantivyDocument> = index
             .writer_with_num_threads(2, WRITER_MEMORY)
             .map_err(|e| kw_err("writer", e))?;
+        let mut policy = LogMergePolicy::default();
+        policy.set_min_num_segments(MERGE_SEGMENTS);
+        writer.set_merge_policy(Box::new(policy));
         if fresh {
             writer
                 .delete_all_documents()
@@ -344,7 +416,9 @@ impl KeywordIndex {
             .map_err(|e| kw_err("reader", e))?;
         let shared = Arc::new(Shared {
             fields,
+            index: index.clone(),
             reader,
+            columns: Mutex::new(HashMap::new()),
             writer: Mutex::new(Writer {
                 inner: writer,
                 dirty: fresh,
@@ -385,9 +459,15 @@ impl KeywordIndex {
             .delete_term(Term::from_field_u64(self.shared.fields.rid, rid));
         if let Some(d) = &doc {
             let f = self.shared.fields;
-            w.inner
-                .add_document(doc!(f.rid => rid, f.ver => d.version, f.ns => d.namespace.as_str(), f.text => d.text.as_str()))
-                .map_err(|e| kw_err("add", e))?;
+            let mut td = TantivyDocument::new();
+            td.add_u64(f.rid, rid);
+            td.add_u64(f.ver, d.version);
+            td.add_text(f.ns, &d.namespace);
+            td.add_text(f.text, &d.text);
+            for t in &d.tags {
+                td.add_u64(f.tag, *t);
+            }
+            w.inner.add_document(td).map_err(|e| kw_err("add", e))?;
         }
         w.dirty = true;
         w.seq = w.seq.max(seq);
@@ -440,14 +520,17 @@ impl KeywordIndex {
     ///
     /// `dominant`: the namespace holds most of the index. Then the required namespace term is
     /// left out: it would disable tantivy's block-max WAND pruning for the whole query, while
-    /// the few other tenants' documents it keeps out are dropped by `accept` anyway. Scores
-    /// are the same either way (the namespace term scores 0).
+    /// the few other tenants' documents it keeps out are dropped by `accept` anyway.
+    /// `tags`: tag hashes every hit must carry, given when they pass few rows (the
+    /// intersection is then cheaper than scoring every matching document); `accept` still
+    /// applies the whole filter. Required terms score 0, so scores never depend on them.
     pub fn search(
         &self,
         namespace: &str,
         query: &str,
         k: usize,
         dominant: bool,
+        tags: &[u64],
         accept: &dyn Fn(u64, u64) -> bool,
     ) -> Result<Vec<(u64, f64)>> {
         let terms = self.terms(query);
@@ -455,31 +538,35 @@ impl KeywordIndex {
             return Ok(Vec::new());
         }
         let f = self.shared.fields;
-        let words: Vec<(Occur, Box<dyn Query>)> = terms
+        let words: Box<dyn Query> = Box::new(BooleanQuery::new(
+            terms
+                .iter()
+                .map(|(_, t)| {
+                    let q: Box<dyn Query> =
+                        Box::new(TermQuery::new(t.clone(), IndexRecordOption::WithFreqs));
+                    (Occur::Should, q)
+                })
+                .collect(),
+        ));
+        let required = |t: Term| -> (Occur, Box<dyn Query>) {
+            let q = TermQuery::new(t, IndexRecordOption::Basic);
+            (
+                Occur::Must,
+                Box::new(ConstScoreQuery::new(Box::new(q), 0.0)),
+            )
+        };
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = tags
             .iter()
-            .map(|(_, t)| {
-                let q: Box<dyn Query> =
-                    Box::new(TermQuery::new(t.clone(), IndexRecordOption::WithFreqs));
-                (Occur::Should, q)
-            })
+            .map(|h| required(Term::from_field_u64(f.tag, *h)))
             .collect();
-        let query: Box<dyn Query> = if dominant {
-            Box::new(BooleanQuery::new(words))
+        if !dominant {
+            clauses.push(required(Term::from_field_text(f.ns, namespace)));
+        }
+        let query: Box<dyn Query> = if clauses.is_empty() {
+            words
         } else {
-            let ns_q: Box<dyn Query> = Box::new(ConstScoreQuery::new(
-                Box::new(TermQuery::new(
-                    Term::from_field_text(f.ns, namespace),
-                    IndexRecordOption::Basic,
-                )),
-                0.0,
-            ));
-            Box::new(BooleanQuery::new(vec![
-                (Occur::Must, ns_q),
-                (
-                    Occur::Must,
-                    Box::new(BooleanQuery::new(words)) as Box<dyn Query>,
-                ),
-            ]))
+            clauses.push((Occur::Must, words));
+            Box::new(BooleanQuery::new(clauses))
         };
         let delta = self.shared.delta.read();
         let searcher = self.shared.reader.searcher();
@@ -518,9 +605,7 @@ impl KeywordIndex {
             ))
             .map_err(|e| kw_err("query", e))?;
         for seg in searcher.segment_readers() {
-            let ff = seg.fast_fields();
-            let rids = ff.u64("rid").map_err(|e| kw_err("fast field", e))?;
-            let vers = ff.u64("ver").map_err(|e| kw_err("fast field", e))?;
+            let (rids, vers) = self.shared.columns(seg)?;
             let alive = seg.alive_bitset();
             let start = heap
                 .peek()
@@ -561,21 +646,24 @@ impl KeywordIndex {
     /// Merges segments and purges deleted documents.
     pub fn compact(&self) -> Result<()> {
         self.commit()?;
-        let ids = self
-            .index
-            .searchable_segment_ids()
-            .map_err(|e| kw_err("segments", e))?;
-        if ids.len() > 1 {
-            let mut w = self.shared.writer.lock();
-            let fut = w.inner.merge(&ids);
-            drop(w);
-            fut.wait().map_err(|e| kw_err("merge", e))?;
+        // a background merge may take some of the segments first: then merge what is left
+        for attempt in 1.. {
+            let ids = self
+                .index
+                .searchable_segment_ids()
+                .map_err(|e| kw_err("segments", e))?;
+            if ids.len() <= 1 {
+                break;
+            }
+            let fut = self.shared.writer.lock().inner.merge(&ids);
+            match fut.wait() {
+                Ok(_) => break,
+                Err(e) if attempt >= 10 => return Err(kw_err("merge", e)),
+                Err(_) => {}
+            }
         }
-        self.shared
-            .reader
-            .reload()
-            .map_err(|e| kw_err("reload", e))?;
-        Ok(())
+        let _d = self.shared.delta.write();
+        self.shared.reload()
     }
 }
 

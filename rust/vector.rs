@@ -4,6 +4,13 @@
 //! - A larger one is a usearch HNSW graph (SIMD kernels). Keys are the rows' vector keys
 //!   (`Col::vkey`), allocated monotonically and never reused, because usearch misbehaves when
 //!   a removed key is added again.
+//! - Nothing is ever removed from a graph either: usearch hands the slot of a removed key to
+//!   the next insert, rewiring it in place, which can leave nodes no search reaches. A
+//!   removed vector is renamed to a *grave* key (`GRAVE | key`) instead: it keeps routing
+//!   searches but never comes back as a hit. `compact()` rebuilds graphs full of graves.
+//! - HNSW is approximate: neighbour pruning can leave a few nodes with no incoming edge
+//!   (measured: ~0.06% of 99k 384-d vectors, ~0.2% of 4-d ones, the same in raw usearch),
+//!   which only a filtered search with few candidates (an exact scan) returns.
 //! - A search gets a [`Plan`] from the engine: no predicate (every row passes), an exact scan
 //!   of the listed keys, or HNSW with the predicate inside the traversal, widened per call
 //!   (a larger `count`, never the shared expansion setting) until k hits, else an exact scan.
@@ -42,6 +49,8 @@ pub const EXPANSION_ADD: usize = 128;
 pub const DEFAULT_BREADTH: usize = 64;
 /// Candidates rescored in f64 beyond `k` (the fast kernels may order near-ties differently).
 const RESCORE_MARGIN: usize = 8;
+/// Keys at or above this mark removed vectors (graves); live keys are always below it.
+const GRAVE: u64 = 1 << 63;
 /// usearch thread slots reserved per graph = permits of [`Slots`].
 const THREAD_SLOTS: usize = 32;
 
@@ -108,28 +117,46 @@ fn overfetch(want: usize, selectivity: f64, cap: usize) -> Option<usize> {
     (count <= cap as f64).then_some(count as usize)
 }
 
-/// f64 score of the metric: l2 -> 1/(1+dist), cos -> cosine, ip -> inner product.
-#[must_use]
-pub fn score(metric: Metric, a: &[f32], b: &[f32]) -> f64 {
-    let (mut dot, mut na, mut nb, mut d2) = (0f64, 0f64, 0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-        d2 += (x - y) * (x - y);
+/// f64 score of the metric against one query: l2 -> 1/(1+dist), cos -> cosine, ip -> inner
+/// product. Sums run in four lanes (exact f64 products; the compiler vectorises them).
+struct Scorer {
+    metric: Metric,
+    q: Vec<f64>,
+    q_norm: f64,
+}
+
+impl Scorer {
+    fn new(metric: Metric, query: &[f32]) -> Self {
+        let q: Vec<f64> = query.iter().map(|x| f64::from(*x)).collect();
+        let q_norm = sum4(q.iter().map(|x| x * x)).sqrt();
+        Self { metric, q, q_norm }
     }
-    match metric {
-        Metric::L2 => 1.0 / (1.0 + d2.sqrt()),
-        Metric::Ip => dot,
-        Metric::Cos => {
-            if na == 0.0 || nb == 0.0 {
-                0.0
-            } else {
-                dot / (na.sqrt() * nb.sqrt())
+
+    fn score(&self, v: &[f32]) -> f64 {
+        let pairs = || self.q.iter().zip(v).map(|(a, b)| (*a, f64::from(*b)));
+        match self.metric {
+            Metric::L2 => 1.0 / (1.0 + sum4(pairs().map(|(a, b)| (a - b) * (a - b))).sqrt()),
+            Metric::Ip => sum4(pairs().map(|(a, b)| a * b)),
+            Metric::Cos => {
+                let dot = sum4(pairs().map(|(a, b)| a * b));
+                let norm = sum4(pairs().map(|(_, b)| b * b)).sqrt();
+                if norm == 0.0 || self.q_norm == 0.0 {
+                    0.0
+                } else {
+                    dot / (self.q_norm * norm)
+                }
             }
         }
     }
+}
+
+/// Sum in four interleaved lanes (a fixed order: equal inputs give equal sums).
+fn sum4(xs: impl Iterator<Item = f64>) -> f64 {
+    let mut lanes = [0f64; 4];
+    for (i, x) in xs.enumerate() {
+        lanes[i % 4] += x;
+    }
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
 }
 
 /// Fast f32 "distance" used only to pick candidates (smaller = better).
@@ -197,8 +224,14 @@ struct Flat {
 /// Graph partition.
 struct Graph {
     index: Index,
-    /// Removed keys still occupying slots (tombstones).
+    /// Graves: removed vectors kept as routing nodes under `GRAVE | key`.
     removed: usize,
+}
+
+impl Graph {
+    fn live(&self) -> usize {
+        self.index.size() - self.removed
+    }
 }
 
 enum Partition {
@@ -219,6 +252,9 @@ struct GraphFile {
     namespace: String,
     file: String,
     crc32: u32,
+    /// Graves in the graph. Required: a checkpoint from before graves existed may hold
+    /// unreachable nodes (see the module docs), so it is rebuilt rather than loaded.
+    removed: usize,
 }
 
 /// The per-namespace vector partitions.
@@ -280,7 +316,7 @@ impl VectorIndex {
         match self.parts.get(ns) {
             None => 0,
             Some(Partition::Flat(f)) => f.keys.len(),
-            Some(Partition::Graph(g)) => g.index.size(),
+            Some(Partition::Graph(g)) => g.live(),
         }
     }
 
@@ -313,10 +349,12 @@ impl VectorIndex {
             }
             Some(Partition::Graph(g)) => {
                 if g.index.contains(key) {
-                    g.index.remove(key).map_err(|e| usearch_err("remove", e))?;
+                    g.index
+                        .rename(key, GRAVE | key)
+                        .map_err(|e| usearch_err("remove", e))?;
                     g.removed += 1;
                 }
-                g.index.size() == 0
+                g.live() == 0
             }
         };
         if empty {
@@ -371,7 +409,7 @@ impl VectorIndex {
                 }
             }
             Partition::Graph(g) => {
-                let need = g.index.size() + g.removed + items.len();
+                let need = g.index.size() + items.len();
                 if need > g.index.capacity() {
                     g.index
                         .reserve_capacity_and_threads(
@@ -461,12 +499,14 @@ impl VectorIndex {
             (Partition::Graph(g), Plan::Keys(keys)) => self.graph_scan(g, query, k, keys),
             (Partition::Graph(g), Plan::All) => {
                 let _permit = self.slots.acquire();
-                let count = k.max(breadth).min(g.index.size());
-                let m = g
-                    .index
-                    .search(query, count)
-                    .map_err(|e| usearch_err("search", e))?;
-                m.keys
+                let count = k.max(breadth).min(g.live());
+                let m = if g.removed == 0 {
+                    g.index.search(query, count)
+                } else {
+                    g.index
+                        .filtered_search(query, count, |key: u64| key < GRAVE)
+                };
+                m.map_err(|e| usearch_err("search", e))?.keys
             }
             (
                 Partition::Graph(g),
@@ -559,13 +599,11 @@ impl VectorIndex {
     /// f64 scores of the best candidates (`cands` is ordered best-first by usearch, or
     /// unordered from an exact scan of at most `k + RESCORE_MARGIN`), best `k` first.
     fn rescore(&self, ns: &str, query: &[f32], k: usize, cands: &[u64]) -> Vec<(u64, f64)> {
+        let by_f64 = Scorer::new(self.metric, query);
         let mut scored: Vec<(u64, f64)> = cands
             .iter()
             .take(k + RESCORE_MARGIN)
-            .filter_map(|key| {
-                self.vector(ns, *key)
-                    .map(|v| (*key, score(self.metric, query, &v)))
-            })
+            .filter_map(|key| self.vector(ns, *key).map(|v| (*key, by_f64.score(&v))))
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(k);
@@ -643,6 +681,7 @@ impl VectorIndex {
                 namespace: ns.clone(),
                 file,
                 crc32: crc32fast::hash(&bytes),
+                removed: g.removed,
             });
         }
         let manifest = Manifest {
@@ -687,9 +726,10 @@ impl VectorIndex {
                 self.parts.clear();
                 return None;
             }
-            let Ok(g) = self.new_graph(0) else {
+            let Ok(mut g) = self.new_graph(0) else {
                 return None;
             };
+            g.removed = gf.removed;
             if g.index.load(path.to_str()?).is_err() {
                 self.parts.clear();
                 return None;

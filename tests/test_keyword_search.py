@@ -377,6 +377,29 @@ def test_filter_applied_before_ranking(
     assert all(hit.memory.namespace == NS for hit in hits)
 
 
+def test_rare_tag_filter(store: Store) -> None:
+    """A tag passing few rows is intersected inside tantivy: committed, stale and delta
+    documents all obey it, and scores equal the unfiltered ones."""
+    rows = [
+        mem(f"r{i:03d}", "apple " + "pie " * (i % 7), tags=["needle"] if i % 40 == 0 else ["hay"])
+        for i in range(400)
+    ]
+    rows.append(mem("other", "apple pie", ns="elsewhere", tags=["needle"]))
+    store.upsert_many(rows)
+    store.compact()  # everything committed into tantivy segments
+    store.update(NS, "r040", tags=["hay"])  # loses the tag: its committed document is stale
+    store.update(NS, "r041", tags=["needle"])  # gains it: only the delta knows
+    store.upsert(mem("r999", "apple", tags=["needle"]))  # new: in the delta
+    want = ({f"r{i:03d}" for i in range(0, 400, 40)} - {"r040"}) | {"r041", "r999"}
+    every = {h.memory.id: h.score for h in store.keyword_search(NS, "apple pie", k=1000)}
+    hits = store.keyword_search(NS, "apple pie", Filter(tags=["needle"]), k=1000)
+    assert_well_formed(hits)
+    assert {h.memory.id for h in hits} == want
+    assert all(h.score == every[h.memory.id] for h in hits)
+    top3 = store.keyword_search(NS, "apple pie", Filter(tags=["needle"]), k=3)
+    assert [(h.memory.id, h.score) for h in top3] == [(h.memory.id, h.score) for h in hits[:3]]
+
+
 def test_default_k_is_10(apples: Store) -> None:
     assert len(apples.keyword_search(NS, "apple")) == 10
 

@@ -807,9 +807,8 @@ def test_to_micros_rejects(dt: Any, match: str) -> None:
 
 def test_opt_variants_and_from_micros_range() -> None:
     assert cv.opt_micros(None) is None
-    assert cv.opt_datetime(None) is None
     assert cv.opt_micros(datetime(1970, 1, 1, 0, 0, 1)) == 1_000_000
-    assert cv.opt_datetime(1_000_000) == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
+    assert cv.from_micros(1_000_000) == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
     with pytest.raises(InvalidArgumentError, match=r"^expires_at must be a datetime"):
         cv.opt_micros(3, "expires_at")  # type: ignore[arg-type]
     with pytest.raises(CorruptionError):
@@ -1462,9 +1461,13 @@ def test_fields_to_row_rejects(fields_: dict[str, Any], exc: type[Exception], ma
         cv.fields_to_row(fields_, DIMS)
 
 
-def test_row_to_memory_round_trip() -> None:
+def test_core_memory_round_trip(store: Any) -> None:
+    """The core builds the `Memory` it returns: every field reads back as written."""
     m = full_memory()
-    back = cv.row_to_memory(cv.memory_to_row(m, DIMS))
+    store.upsert(m)
+    back = store.get("alice", "01ABC")
+    assert type(back) is Memory
+    assert list(vars(back)) == [f.name for f in fields(Memory)]  # every field, in order
     assert back.tier is Tier.PROCEDURAL
     assert back.level is Level.DEDUCED
     assert back.embedding is None
@@ -1485,40 +1488,28 @@ def test_row_to_memory_round_trip() -> None:
         "coffee",
         "01XYZ",
     )
+    everything = Filter(include_superseded=True)  # the row is superseded by 01XYZ
+    (listed,) = store.list("alice", everything)
+    (hit,) = store.keyword_search("alice", "coffee", everything)
+    assert back == listed == hit.memory
+    back.tags.append("mine")  # results are plain, independent dataclass instances
+    assert store.get("alice", "01ABC").tags == ["b", "a", "b"]
 
 
-@pytest.mark.parametrize(
-    ("patch", "check"),
-    [
-        pytest.param({"level": ""}, lambda m: m.level is None, id="empty-level-is-legacy"),
-        pytest.param({"level": None}, lambda m: m.level is None, id="none-level"),
-        pytest.param({"level": "explicit"}, lambda m: m.level is Level.EXPLICIT, id="explicit"),
-        pytest.param({"metadata": ""}, lambda m: m.metadata == {}, id="empty-metadata-text"),
-        pytest.param(
-            {"expires_at": 0},
-            lambda m: m.expires_at == datetime(1970, 1, 1, tzinfo=UTC),
-            id="epoch",
-        ),
-    ],
-)
-def test_row_to_memory_fields(patch: dict[str, Any], check: Callable[[Memory], bool]) -> None:
-    row = {"id": "i", "namespace": "n", "content": "c", "tier": "working", **patch}
-    assert check(cv.row_to_memory(row))
-
-
-@pytest.mark.parametrize(
-    "patch",
-    [
-        pytest.param({"tier": "bogus"}, id="unknown-tier"),
-        pytest.param({"level": "bogus"}, id="unknown-level"),
-        pytest.param({"metadata": "[]"}, id="metadata-not-object"),
-        pytest.param({"created_at": 2**62}, id="timestamp-out-of-range"),
-    ],
-)
-def test_row_to_memory_corrupt(patch: dict[str, Any]) -> None:
-    row = {"id": "i", "namespace": "n", "content": "c", "tier": "working", **patch}
-    with pytest.raises(CorruptionError):
-        cv.row_to_memory(row)
+def test_core_datetimes_are_exact(store: Any) -> None:
+    """The core's micros -> datetime conversion agrees with Python's, edges included."""
+    lo, hi = cv.to_micros(datetime.min), cv.to_micros(datetime.max)
+    edges = [lo, lo + 1, -1, 0, 1, 951_782_400_000_000, 4_107_542_399_999_999, hi - 1, hi]
+    rng = np.random.default_rng(7)
+    sample = [int(x) for x in rng.integers(lo, hi, size=500, endpoint=True)]
+    instants = edges + sample
+    store.upsert_many(
+        Memory(id=f"i{i}", namespace="n", content="c", expires_at=cv.from_micros(us))
+        for i, us in enumerate(instants)
+    )
+    for i, us in enumerate(instants):
+        got = store.get("n", f"i{i}").expires_at
+        assert got == cv.from_micros(us) and got.tzinfo is UTC, us
 
 
 # ============================================================================================
@@ -1560,6 +1551,9 @@ def test_filter_to_spec_default() -> None:
     }
     assert set(spec) == stub_keys("FilterSpec")
     assert cv.filter_to_spec(filt())["sort_key"] == "created_at"
+    # None takes a shortcut: it must equal the full conversion of Filter(), `now` included
+    at = datetime(2030, 5, 6, tzinfo=UTC)
+    assert cv.filter_to_spec(None, now=at) == cv.filter_to_spec(Filter(), now=at)
 
 
 @pytest.mark.parametrize(

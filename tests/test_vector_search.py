@@ -609,7 +609,9 @@ def test_excluded_ids_never_cost_a_slot(big: Big, k: int) -> None:
     live_rows = [i for i, m in enumerate(big.rows) if m.embedding is not None and live(m)]
     ids = np.array([m.id for m in big.rows])[live_rows]
     found = wanted = 0
-    for q in rng.standard_normal((10, BIG_DIMS)).astype(np.float32):
+    # 40 queries: at k=1 a single approximate miss must not decide the ratio (the graph is
+    # built by two threads, so its exact shape varies from run to run)
+    for q in rng.standard_normal((40, BIG_DIMS)).astype(np.float32):
         scores = brute_scores("l2", q, big.vectors[live_rows])
         order = np.argsort(-scores, kind="stable")
         excluded = list(ids[order[:200]])  # the 200 best rows are all excluded

@@ -15,7 +15,8 @@ malformed value and every mistake surfaces as an `InvalidArgumentError` (or
 * ints -> signed 64-bit, floats -> finite, flags -> ``bool``;
 * embeddings and query vectors -> C-contiguous ``float32`` arrays of the store's dims;
 * metadata and event detail -> compact JSON text, JSON types only (one rule for both);
-* `Memory` <-> row dicts, `Filter` -> filter-spec dicts (see ``_core.pyi``).
+* `Memory` -> row dicts, `Filter` -> filter-spec dicts (see ``_core.pyi``); the core builds
+  the `Memory` objects it returns itself, reading stored metadata with `json_to_metadata`.
 
 This module imports only `memini.types` and `memini.errors` (never the compiled core).
 """
@@ -59,11 +60,9 @@ __all__ = [
     "json_to_metadata",
     "memory_to_row",
     "metadata_to_json",
-    "opt_datetime",
     "opt_micros",
     "queries_to_array",
     "query_to_array",
-    "row_to_memory",
     "to_micros",
 ]
 
@@ -145,15 +144,6 @@ def opt_micros(dt: datetime | None, what: str = "datetime") -> int | None:
         what: The argument's name, for error messages.
     """
     return None if dt is None else to_micros(dt, what)
-
-
-def opt_datetime(us: int | None) -> datetime | None:
-    """`from_micros`, passing None through.
-
-    Args:
-        us: Microseconds since the Unix epoch, or None.
-    """
-    return None if us is None else from_micros(us)
 
 
 def _now_micros() -> int:
@@ -650,62 +640,6 @@ def fields_to_row(fields: Mapping[str, Any], dims: int) -> Row:
     return cast("Row", row)
 
 
-def _stored_enum(cls: type[E], value: object, what: str) -> E:
-    try:
-        return coerce_enum(cls, value, what)
-    except InvalidArgumentError as e:
-        raise CorruptionError(f"stored row: {e}") from None
-
-
-def row_to_memory(row: Row | Mapping[str, Any]) -> Memory:
-    """Convert a core row to a `Memory`.
-
-    Args:
-        row: A row as the core returns it (``id``, ``namespace``, ``content`` and ``tier``
-            required; the other keys default like the `Memory` fields).
-
-    Returns:
-        The memory, with enum members, aware UTC datetimes, parsed metadata and
-        ``embedding=None``. A stored level of ``""`` or None reads as None.
-
-    Raises:
-        CorruptionError: The row holds an unknown tier/level, bad metadata JSON or an
-            out-of-range timestamp.
-    """
-    # hot path of every read and search hit: plain dict lookups, no re-validation beyond
-    # what a damaged row would break
-    r = cast("Mapping[str, Any]", row)
-    tier = _TIERS.get(r["tier"]) or _stored_enum(Tier, r["tier"], "tier")
-    level = r.get("level")
-    meta = r.get("metadata", "")
-    return Memory(
-        id=r["id"],
-        namespace=r["namespace"],
-        content=r["content"],
-        tier=tier,
-        level=(_LEVELS.get(level) or _stored_enum(Level, level, "level")) if level else None,
-        summary=r.get("summary", ""),
-        metadata={} if meta in ("", "{}") else json_to_metadata(meta),
-        tags=list(r.get("tags", ())),
-        importance=r.get("importance", 0.0),
-        created_at=opt_datetime(r.get("created_at")),
-        updated_at=opt_datetime(r.get("updated_at")),
-        last_accessed_at=opt_datetime(r.get("last_accessed_at")),
-        access_count=r.get("access_count", 0),
-        expires_at=opt_datetime(r.get("expires_at")),
-        superseded_by=r.get("superseded_by"),
-        valid_from=opt_datetime(r.get("valid_from")),
-        valid_to=opt_datetime(r.get("valid_to")),
-        confidence=r.get("confidence"),
-        linked_memory_ids=list(r.get("linked_memory_ids", ())),
-        embedding=None,
-    )
-
-
-_TIERS: Final = {t.value: t for t in Tier}
-_LEVELS: Final = {lv.value: lv for lv in Level}
-
-
 # --------------------------------------------------------------------------------------------
 # Filters
 # --------------------------------------------------------------------------------------------
@@ -764,9 +698,11 @@ def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
         InvalidArgumentError: A malformed field: unknown tier/level/sort key, a non-str tag,
             id, memory type or metadata value, a non-datetime time, a non-bool flag.
     """
-    if f is None:
-        f = Filter()
-    elif not isinstance(f, Filter):
+    if f is None:  # the common case, on every search: a copy of the default spec
+        spec = dict(_DEFAULT_SPEC)
+        spec["now"] = _now_micros() if now is None else to_micros(now, "now")
+        return cast("FilterSpec", spec)
+    if not isinstance(f, Filter):
         raise InvalidArgumentError(f"filter must be a Filter or None, got {type(f).__name__}")
     if f.now is not None:
         now_us = to_micros(f.now, "filter.now")
@@ -807,3 +743,6 @@ def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
         "sort_key": coerce_enum(SortKey, sort.key, "filter.sort.key").value,
         "sort_asc": _check_bool(sort.asc, "filter.sort.asc"),
     }
+
+
+_DEFAULT_SPEC: Final = filter_to_spec(Filter(), now=_EPOCH_UTC)  # "now" replaced per call

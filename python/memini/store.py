@@ -8,7 +8,9 @@ durable.
 
 from __future__ import annotations
 
+import atexit
 import builtins
+import logging
 import os
 import threading
 import weakref
@@ -55,6 +57,19 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _close_at_exit() -> None:
+    """Close the stores still open when the interpreter exits, as `close()` would: indexes
+    checkpointed (no rebuild on the next open) while Python can still take the core's logs."""
+    for s in list(_open_stores):
+        try:
+            s.close()
+        except Exception:  # exiting anyway; the rows are durable already
+            logging.getLogger(__name__).exception("closing %r at exit", s)
+
+
+atexit.register(_close_at_exit)
 
 
 def _memory_type(memory: Memory) -> str:
@@ -293,9 +308,7 @@ class Store:
         """
         self._check()
         row = cv.fields_to_row(fields, self._dims)
-        stored = cv.row_to_memory(
-            self._engine.update(_text(namespace, "namespace"), _text(id, "id"), row)
-        )
+        stored = self._engine.update(_text(namespace, "namespace"), _text(id, "id"), row)
         self._metrics.upsert("update", str(stored.tier), _memory_type(stored))
         return stored
 
@@ -352,10 +365,10 @@ class Store:
             NotFoundError: Absent, or not expiring by ``cutoff`` (e.g. reinforced meanwhile).
         """
         self._check()
-        row = self._engine.delete_if_expired_before(
+        deleted = self._engine.delete_if_expired_before(
             _text(namespace, "namespace"), _text(id, "id"), cv.to_micros(cutoff, "cutoff")
         )
-        self._metrics.sweep_expired(row["tier"])
+        self._metrics.sweep_expired(deleted.tier)
 
     def sweep_expired(self, now: datetime | None = None, limit: int = 0) -> int:
         """Delete rows with ``expires_at <= now`` across namespaces (``limit <= 0``: all).
@@ -456,7 +469,7 @@ class Store:
             NotFoundError: Absent or in another namespace.
         """
         self._check()
-        return cv.row_to_memory(self._engine.get(_text(namespace, "namespace"), _text(id, "id")))
+        return self._engine.get(_text(namespace, "namespace"), _text(id, "id"))
 
     def get_embedding(self, namespace: str, id: str) -> npt.NDArray[np.float32] | None:
         """The stored vector, bit-exact float32; None for a keyword-only row.
@@ -491,20 +504,17 @@ class Store:
             NotFoundError: None, or ``fingerprint == ""``.
         """
         self._check()
-        return cv.row_to_memory(
-            self._engine.get_by_fingerprint(
-                _text(namespace, "namespace"),
-                cv.coerce_enum(Tier, tier, "tier").value,
-                _text(fingerprint, "fingerprint"),
-                _now(now),
-            )
+        return self._engine.get_by_fingerprint(
+            _text(namespace, "namespace"),
+            cv.coerce_enum(Tier, tier, "tier").value,
+            _text(fingerprint, "fingerprint"),
+            _now(now),
         )
 
     def list_expired(self, now: datetime, limit: int) -> list[Memory]:
         """Memories of every namespace with ``expires_at <= now`` (``limit <= 0``: no cap)."""
         self._check()
-        rows = self._engine.list_expired(cv.to_micros(now, "now"), _int(limit, "limit"))
-        return [cv.row_to_memory(r) for r in rows]
+        return self._engine.list_expired(cv.to_micros(now, "now"), _int(limit, "limit"))
 
     def list(
         self, namespace: str, filter: Filter | None = None, limit: int = 0, offset: int = 0
@@ -514,13 +524,12 @@ class Store:
         ``limit <= 0`` returns all; the first ``offset`` rows are skipped.
         """
         self._check()
-        rows = self._engine.list(
+        return self._engine.list(
             _text(namespace, "namespace"),
             cv.filter_to_spec(filter),
             _int(limit, "limit"),
             _int(offset, "offset"),
         )
-        return [cv.row_to_memory(r) for r in rows]
 
     def count(self, namespace: str, filter: Filter | None = None) -> int:
         """How many memories `list` would return with no limit."""
@@ -553,9 +562,6 @@ class Store:
 
     # ------------------------------------------------------------------ search
 
-    def _scored(self, hits: builtins.list[tuple[Any, float]]) -> builtins.list[Scored]:
-        return [Scored(cv.row_to_memory(r), s) for r, s in hits]
-
     def vector_search(
         self,
         namespace: str,
@@ -576,7 +582,7 @@ class Store:
         k = _k(k)
         q = cv.query_to_array(vector, self._dims)
         spec = cv.filter_to_spec(filter)
-        return self._scored(self._engine.vector_search(_text(namespace, "namespace"), q, spec, k))
+        return self._engine.vector_search(_text(namespace, "namespace"), q, spec, k)
 
     def vector_search_many(
         self,
@@ -590,8 +596,7 @@ class Store:
         k = _k(k)
         qs = cv.queries_to_array(vectors, self._dims)
         spec = cv.filter_to_spec(filter)
-        results = self._engine.vector_search_many(_text(namespace, "namespace"), qs, spec, k)
-        return [self._scored(r) for r in results]
+        return self._engine.vector_search_many(_text(namespace, "namespace"), qs, spec, k)
 
     def keyword_search(
         self, namespace: str, query: str, filter: Filter | None = None, k: int = 10
@@ -608,7 +613,7 @@ class Store:
         # lone surrogates cannot cross into Rust: they are not letters, so drop them
         q = query.encode("utf-8", "replace").decode("utf-8")
         spec = cv.filter_to_spec(filter)
-        return self._scored(self._engine.keyword_search(_text(namespace, "namespace"), q, spec, k))
+        return self._engine.keyword_search(_text(namespace, "namespace"), q, spec, k)
 
     # ------------------------------------------------------------------ links (SQLite)
 

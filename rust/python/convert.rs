@@ -1,8 +1,11 @@
-//! Python values <-> core types. Rows cross as dicts (see `python/memini/_core.pyi`).
+//! Python values <-> core types. Rows to write cross as dicts (see `python/memini/_core.pyi`);
+//! rows read come back as `memini.Memory` / `memini.Scored` objects, built here.
 
 use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDateTime, PyDict, PyList, PyTzInfo};
 
 use super::errors::raise;
 use crate::types::{
@@ -173,46 +176,172 @@ pub fn filter(d: &Bound<'_, PyDict>) -> PyResult<FilterSpec> {
     })
 }
 
-/// A memory -> row dict.
-pub fn row<'py>(py: Python<'py>, m: Memory) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("id", m.id)?;
-    d.set_item("namespace", m.namespace)?;
-    d.set_item("content", m.content)?;
-    d.set_item("tier", m.tier.as_str())?;
-    d.set_item("level", m.level.map(Level::as_str))?;
-    d.set_item("summary", m.summary)?;
-    d.set_item("metadata", m.metadata)?;
-    d.set_item("tags", m.tags)?;
-    d.set_item("importance", m.importance)?;
-    d.set_item("created_at", m.created_at)?;
-    d.set_item("updated_at", m.updated_at)?;
-    d.set_item("last_accessed_at", m.last_accessed_at)?;
-    d.set_item("access_count", m.access_count)?;
-    d.set_item("expires_at", m.expires_at)?;
-    d.set_item("superseded_by", m.superseded_by)?;
-    d.set_item("valid_from", m.valid_from)?;
-    d.set_item("valid_to", m.valid_to)?;
-    d.set_item("confidence", m.confidence)?;
-    d.set_item("linked_memory_ids", m.linked_memory_ids)?;
-    d.set_item("fingerprint", m.fingerprint)?;
-    Ok(d)
+/// The Python objects results are made of, looked up once per process.
+struct Classes {
+    /// `object.__new__`: makes a dataclass instance without running `__init__`.
+    new: Py<PyAny>,
+    memory: Py<PyAny>,
+    scored: Py<PyAny>,
+    /// `Tier` members in `Tier::ALL` order, `Level` members in `Level::ALL` order.
+    tiers: Vec<Py<PyAny>>,
+    levels: Vec<Py<PyAny>>,
+    /// `memini._convert.json_to_metadata`: the one reader of stored metadata JSON.
+    metadata: Py<PyAny>,
 }
 
-/// Memories -> list of row dicts.
-pub fn rows<'py>(py: Python<'py>, ms: Vec<Memory>) -> PyResult<Bound<'py, PyList>> {
+static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+
+fn classes(py: Python<'_>) -> PyResult<&Classes> {
+    CLASSES.get_or_try_init(py, || {
+        let types = py.import("memini.types")?;
+        let members = |class: &str, values: &[&str]| -> PyResult<Vec<Py<PyAny>>> {
+            let cls = types.getattr(class)?;
+            values
+                .iter()
+                .map(|v| Ok(cls.call1((*v,))?.unbind()))
+                .collect()
+        };
+        let tiers: Vec<&str> = Tier::ALL.iter().map(|t| t.as_str()).collect();
+        let levels: Vec<&str> = Level::ALL.iter().map(|l| l.as_str()).collect();
+        Ok(Classes {
+            new: py
+                .import("builtins")?
+                .getattr("object")?
+                .getattr("__new__")?
+                .unbind(),
+            memory: types.getattr("Memory")?.unbind(),
+            scored: types.getattr("Scored")?.unbind(),
+            tiers: members("Tier", &tiers)?,
+            levels: members("Level", &levels)?,
+            metadata: py
+                .import("memini._convert")?
+                .getattr("json_to_metadata")?
+                .unbind(),
+        })
+    })
+}
+
+/// A new instance of the dataclass `cls` and its empty `__dict__`, for the caller to fill
+/// with every field (exactly what the dataclass `__init__` does, minus argument parsing).
+fn instance<'py>(
+    py: Python<'py>,
+    c: &Classes,
+    cls: &Py<PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
+    let obj = c.new.bind(py).call1((cls.bind(py),))?;
+    let fields = obj
+        .getattr(intern!(py, "__dict__"))?
+        .cast_into::<PyDict>()?;
+    Ok((obj, fields))
+}
+
+const US_PER_DAY: Micros = 86_400_000_000;
+/// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z: the range of Python's datetime.
+const MIN_US: Micros = -62_135_596_800_000_000;
+const MAX_US: Micros = 253_402_300_799_999_999;
+
+/// Microseconds since the epoch -> an aware UTC `datetime`, exactly (no float rounding).
+fn datetime(py: Python<'_>, us: Micros) -> PyResult<Bound<'_, PyDateTime>> {
+    if !(MIN_US..=MAX_US).contains(&us) {
+        return Err(raise(
+            py,
+            "CorruptionError",
+            format!("stored timestamp {us} µs is outside the datetime range"),
+        ));
+    }
+    // civil date from days since 1970-01-01 (H. Hinnant's algorithm, proleptic Gregorian)
+    let (days, rem) = (us.div_euclid(US_PER_DAY), us.rem_euclid(US_PER_DAY));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let secs = rem / 1_000_000;
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "range-checked above: every component fits its type"
+    )]
+    PyDateTime::new(
+        py,
+        year as i32,
+        month as u8,
+        day as u8,
+        (secs / 3600) as u8,
+        (secs / 60 % 60) as u8,
+        (secs % 60) as u8,
+        (rem % 1_000_000) as u32,
+        Some(&PyTzInfo::utc(py)?.to_owned()),
+    )
+}
+
+fn opt_datetime(py: Python<'_>, us: Option<Micros>) -> PyResult<Option<Bound<'_, PyDateTime>>> {
+    us.map(|us| datetime(py, us)).transpose()
+}
+
+/// A row -> `memini.Memory` (enum members, aware UTC datetimes, parsed metadata,
+/// `embedding=None`), with the fields in the dataclass's order.
+pub fn memory(py: Python<'_>, m: Memory) -> PyResult<Bound<'_, PyAny>> {
+    let c = classes(py)?;
+    let (obj, d) = instance(py, c, &c.memory)?;
+    let metadata = if m.metadata.is_empty() || m.metadata == "{}" {
+        PyDict::new(py).into_any()
+    } else {
+        c.metadata.bind(py).call1((m.metadata,))?
+    };
+    d.set_item(intern!(py, "id"), m.id)?;
+    d.set_item(intern!(py, "namespace"), m.namespace)?;
+    d.set_item(intern!(py, "content"), m.content)?;
+    d.set_item(intern!(py, "tier"), c.tiers[m.tier as usize].bind(py))?;
+    d.set_item(
+        intern!(py, "level"),
+        m.level.map(|l| c.levels[l as usize].bind(py)),
+    )?;
+    d.set_item(intern!(py, "summary"), m.summary)?;
+    d.set_item(intern!(py, "metadata"), metadata)?;
+    d.set_item(intern!(py, "tags"), m.tags)?;
+    d.set_item(intern!(py, "importance"), m.importance)?;
+    d.set_item(intern!(py, "created_at"), datetime(py, m.created_at)?)?;
+    d.set_item(intern!(py, "updated_at"), datetime(py, m.updated_at)?)?;
+    d.set_item(
+        intern!(py, "last_accessed_at"),
+        datetime(py, m.last_accessed_at)?,
+    )?;
+    d.set_item(intern!(py, "access_count"), m.access_count)?;
+    d.set_item(intern!(py, "expires_at"), opt_datetime(py, m.expires_at)?)?;
+    d.set_item(intern!(py, "superseded_by"), m.superseded_by)?;
+    d.set_item(intern!(py, "valid_from"), opt_datetime(py, m.valid_from)?)?;
+    d.set_item(intern!(py, "valid_to"), opt_datetime(py, m.valid_to)?)?;
+    d.set_item(intern!(py, "confidence"), m.confidence)?;
+    d.set_item(intern!(py, "linked_memory_ids"), m.linked_memory_ids)?;
+    d.set_item(intern!(py, "embedding"), py.None())?;
+    Ok(obj)
+}
+
+/// Rows -> list of `memini.Memory`.
+pub fn memories(py: Python<'_>, ms: Vec<Memory>) -> PyResult<Bound<'_, PyList>> {
     let items = ms
         .into_iter()
-        .map(|m| row(py, m))
+        .map(|m| memory(py, m))
         .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
 }
 
-/// Hits -> list of (row dict, score).
-pub fn hits<'py>(py: Python<'py>, hs: Vec<Scored>) -> PyResult<Bound<'py, PyList>> {
+/// Hits -> list of `memini.Scored`, best first.
+pub fn hits(py: Python<'_>, hs: Vec<Scored>) -> PyResult<Bound<'_, PyList>> {
+    let c = classes(py)?;
     let items = hs
         .into_iter()
-        .map(|h| Ok((row(py, h.memory)?, h.score)))
+        .map(|h| {
+            let (obj, d) = instance(py, c, &c.scored)?;
+            d.set_item(intern!(py, "memory"), memory(py, h.memory)?)?;
+            d.set_item(intern!(py, "score"), h.score)?;
+            Ok(obj)
+        })
         .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)
 }

@@ -17,6 +17,18 @@ pub struct PyEngine {
     engine: Engine,
 }
 
+impl Drop for PyEngine {
+    /// An engine garbage-collected without `close()` closes here with the GIL released: its
+    /// background threads (keyword folding, tantivy merges) log through Python, and would wait
+    /// forever for a GIL held by the thread that waits for them to stop.
+    fn drop(&mut self) {
+        let engine = &self.engine;
+        if let Some(Err(e)) = Python::try_attach(|py| py.detach(|| engine.close())) {
+            log::error!("closing the store: {e}");
+        }
+    }
+}
+
 fn tiers<'py>(py: Python<'py>, ts: Vec<Tier>) -> PyResult<Bound<'py, PyList>> {
     PyList::new(py, ts.into_iter().map(Tier::as_str))
 }
@@ -92,10 +104,10 @@ impl PyEngine {
         namespace: String,
         id: String,
         fields: Bound<'py, PyDict>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let patch = convert::patch(&fields)?;
         let m = run(py, || self.engine.update(&namespace, &id, patch))?;
-        convert::row(py, m)
+        convert::memory(py, m)
     }
 
     fn get<'py>(
@@ -103,9 +115,9 @@ impl PyEngine {
         py: Python<'py>,
         namespace: String,
         id: String,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let m = run(py, || self.engine.get(&namespace, &id))?;
-        convert::row(py, m)
+        convert::memory(py, m)
     }
 
     fn get_embedding<'py>(
@@ -144,13 +156,13 @@ impl PyEngine {
         tier: String,
         fingerprint: String,
         now: Micros,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let tier = convert::tier(py, &tier)?;
         let m = run(py, || {
             self.engine
                 .get_by_fingerprint(&namespace, tier, &fingerprint, now)
         })?;
-        convert::row(py, m)
+        convert::memory(py, m)
     }
 
     fn delete<'py>(
@@ -158,9 +170,9 @@ impl PyEngine {
         py: Python<'py>,
         namespace: String,
         id: String,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let m = run(py, || self.engine.delete(&namespace, &id))?;
-        convert::row(py, m)
+        convert::memory(py, m)
     }
 
     fn set_superseded(
@@ -202,12 +214,12 @@ impl PyEngine {
         namespace: String,
         id: String,
         cutoff: Micros,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let m = run(py, || {
             self.engine
                 .delete_if_expired_before(&namespace, &id, cutoff)
         })?;
-        convert::row(py, m)
+        convert::memory(py, m)
     }
 
     fn list_expired<'py>(
@@ -217,7 +229,7 @@ impl PyEngine {
         limit: i64,
     ) -> PyResult<Bound<'py, PyList>> {
         let ms = run(py, || self.engine.list_expired(now, limit))?;
-        convert::rows(py, ms)
+        convert::memories(py, ms)
     }
 
     fn list<'py>(
@@ -230,7 +242,7 @@ impl PyEngine {
     ) -> PyResult<Bound<'py, PyList>> {
         let spec = convert::filter(&filter)?;
         let ms = run(py, || self.engine.list(&namespace, &spec, limit, offset))?;
-        convert::rows(py, ms)
+        convert::memories(py, ms)
     }
 
     fn count(
