@@ -1426,11 +1426,13 @@ impl Engine {
             };
             let pred = Predicate::new(spec, n);
             let k = k.min(n.ids.len()); // never allocate for more hits than rows
+
+            // a namespace holding every row needs no per-document namespace check
+            let sole = n.ids.len() == st.cols.rows.len();
             let accept = |rid: u64, ver: u64| {
-                st.cols
-                    .rows
-                    .get(&rid)
-                    .is_some_and(|c| c.version == ver && c.namespace == ns && pred.matches(rid, c))
+                st.cols.rows.get(&rid).is_some_and(|c| {
+                    c.version == ver && (sole || c.namespace == ns) && pred.matches(rid, c)
+                })
             };
             let dominant = 2 * n.ids.len() >= st.cols.rows.len();
             // tags passing under a tenth of the namespace: let tantivy intersect their postings

@@ -305,12 +305,18 @@ pub fn memory(py: Python<'_>, m: Memory) -> PyResult<Bound<'_, PyAny>> {
     d.set_item(intern!(py, "metadata"), metadata)?;
     d.set_item(intern!(py, "tags"), m.tags)?;
     d.set_item(intern!(py, "importance"), m.importance)?;
-    d.set_item(intern!(py, "created_at"), datetime(py, m.created_at)?)?;
-    d.set_item(intern!(py, "updated_at"), datetime(py, m.updated_at)?)?;
-    d.set_item(
-        intern!(py, "last_accessed_at"),
-        datetime(py, m.last_accessed_at)?,
-    )?;
+    // datetimes are immutable: equal stamps (a fresh row's three) share one object
+    let created = datetime(py, m.created_at)?;
+    let same = |us: Micros| -> PyResult<Bound<'_, PyDateTime>> {
+        if us == m.created_at {
+            Ok(created.clone())
+        } else {
+            datetime(py, us)
+        }
+    };
+    d.set_item(intern!(py, "created_at"), &created)?;
+    d.set_item(intern!(py, "updated_at"), same(m.updated_at)?)?;
+    d.set_item(intern!(py, "last_accessed_at"), same(m.last_accessed_at)?)?;
     d.set_item(intern!(py, "access_count"), m.access_count)?;
     d.set_item(intern!(py, "expires_at"), opt_datetime(py, m.expires_at)?)?;
     d.set_item(intern!(py, "superseded_by"), m.superseded_by)?;
