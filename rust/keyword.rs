@@ -57,6 +57,11 @@ const WRITER_MEMORY: usize = 64 << 20;
 /// Merge this many segments of one size class at a time (tantivy's default is 8): fewer
 /// segments per search, for a little more merging while writing.
 const MERGE_SEGMENTS: usize = 4;
+/// Once no write has come for this long and at least [`IDLE_MERGE_MIN`] segments remain, the
+/// small segments are merged into one (all but the largest when it holds most documents, so
+/// trickling writes never rewrite the bulk of the index): every search visits each segment.
+const IDLE_MERGE_AFTER: Duration = Duration::from_secs(2);
+const IDLE_MERGE_MIN: usize = 3;
 /// Fold the delta into tantivy when it holds this many documents...
 pub const FOLD_DOCS: usize = 4096;
 /// ...or when its oldest change is this old.
@@ -93,6 +98,9 @@ struct Writer {
     seq: u64,
     /// Changelog sequence the last commit reflects.
     committed: u64,
+    /// When the last commit happened, and whether an idle merge followed it.
+    committed_at: Instant,
+    idle_merged: bool,
 }
 
 /// A document to index: the row's namespace, text, tag hashes and version.
@@ -251,6 +259,8 @@ impl Shared {
             prepared.commit().map_err(|e| kw_err("commit", e))?;
             w.dirty = false;
             w.committed = seq;
+            w.committed_at = Instant::now();
+            w.idle_merged = false;
             seq
         };
         let mut d = self.delta.write();
@@ -313,6 +323,31 @@ impl Shared {
         Ok(c)
     }
 
+    /// Starts the idle merge when due (see [`IDLE_MERGE_AFTER`]); it runs in the background
+    /// and the reader picks its result up on a later tick.
+    fn merge_if_idle(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        if w.dirty || w.idle_merged || w.committed_at.elapsed() < IDLE_MERGE_AFTER {
+            return Ok(());
+        }
+        w.idle_merged = true;
+        let mut metas = self
+            .index
+            .searchable_segment_metas()
+            .map_err(|e| kw_err("segments", e))?;
+        if metas.len() < IDLE_MERGE_MIN {
+            return Ok(());
+        }
+        metas.sort_by_key(|m| std::cmp::Reverse(m.num_docs()));
+        let total: u64 = metas.iter().map(|m| u64::from(m.num_docs())).sum();
+        let skip = usize::from(2 * u64::from(metas[0].num_docs()) > total);
+        let ids: Vec<SegmentId> = metas[skip..].iter().map(tantivy::SegmentMeta::id).collect();
+        // a background merge may hold some of them: then this one fails and is not retried
+        // before the next commit; the merge policy merges them anyway
+        drop(w.inner.merge(&ids));
+        Ok(())
+    }
+
     fn fold_due(&self) -> bool {
         let d = self.delta.read();
         d.docs.len() >= FOLD_DOCS || d.oldest.is_some_and(|t| t.elapsed() >= FOLD_AGE)
@@ -333,7 +368,7 @@ impl Shared {
                 let _d = self.delta.write();
                 self.reload()
             } else {
-                Ok(())
+                self.merge_if_idle()
             };
             if let Err(e) = done {
                 log::error!("{e}");
@@ -424,6 +459,8 @@ impl KeywordIndex {
                 dirty: fresh,
                 seq: committed,
                 committed,
+                committed_at: Instant::now(),
+                idle_merged: false,
             }),
             delta: RwLock::new(Delta::default()),
             stop: Mutex::new(false),
