@@ -62,6 +62,8 @@ const MERGE_SEGMENTS: usize = 4;
 /// trickling writes never rewrite the bulk of the index): every search visits each segment.
 const IDLE_MERGE_AFTER: Duration = Duration::from_secs(2);
 const IDLE_MERGE_MIN: usize = 3;
+/// How long after a commit the reader looks for merged segments to pick up.
+const MERGE_WATCH: Duration = Duration::from_secs(300);
 /// Fold the delta into tantivy when it holds this many documents...
 pub const FOLD_DOCS: usize = 4096;
 /// ...or when its oldest change is this old.
@@ -282,28 +284,28 @@ impl Shared {
         Ok(())
     }
 
+    /// The segments the reader searches.
+    fn searched_segments(&self) -> HashSet<SegmentId> {
+        let searcher = self.reader.searcher();
+        let readers = searcher.segment_readers();
+        readers.iter().map(SegmentReader::segment_id).collect()
+    }
+
     /// Reloads the reader and forgets the columns of segments it no longer has.
     fn reload(&self) -> Result<()> {
         self.reader.reload().map_err(|e| kw_err("reload", e))?;
-        let live: HashSet<SegmentId> = self
-            .reader
-            .searcher()
-            .segment_readers()
-            .iter()
-            .map(SegmentReader::segment_id)
-            .collect();
+        let live = self.searched_segments();
         self.columns.lock().retain(|id, _| live.contains(id));
         Ok(())
     }
 
     /// Whether background merges changed the committed segments since the last reload.
+    /// Merges follow commits, so only the minutes after one are watched (a file read a tick).
     fn merged(&self) -> bool {
-        let searcher = self.reader.searcher();
-        let ours: HashSet<SegmentId> = searcher
-            .segment_readers()
-            .iter()
-            .map(SegmentReader::segment_id)
-            .collect();
+        if self.writer.lock().committed_at.elapsed() > MERGE_WATCH {
+            return false;
+        }
+        let ours = self.searched_segments();
         self.index
             .searchable_segment_ids()
             .is_ok_and(|ids| ids.len() != ours.len() || ids.iter().any(|i| !ours.contains(i)))
