@@ -1319,6 +1319,7 @@ impl Engine {
                 vector_memory_bytes: st.vectors.memory_usage(),
                 vector_index_entries: st.vectors.total_len(),
                 keyword_docs: st.keyword.num_docs(),
+                keyword_segments: st.keyword.num_segments(),
                 bytes_on_disk: inner.dir.as_deref().map_or(0, dir_size),
                 dims: inner.dims,
                 metric: inner.metric,
@@ -1517,6 +1518,8 @@ pub struct Stats {
     pub vector_index_entries: usize,
     /// Documents in the committed keyword index.
     pub keyword_docs: u64,
+    /// Segments of the committed keyword index.
+    pub keyword_segments: usize,
     /// Bytes of the store directory.
     pub bytes_on_disk: u64,
     /// Dims.

@@ -682,6 +682,12 @@ impl KeywordIndex {
         self.shared.reader.searcher().num_docs() + self.shared.delta.read().docs.len() as u64
     }
 
+    /// Number of committed segments a search visits (merges bring it down when writes pause).
+    #[must_use]
+    pub fn num_segments(&self) -> usize {
+        self.shared.reader.searcher().segment_readers().len()
+    }
+
     /// Merges segments and purges deleted documents.
     pub fn compact(&self) -> Result<()> {
         self.commit()?;

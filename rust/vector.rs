@@ -5,9 +5,10 @@
 //!   (`Col::vkey`), allocated monotonically and never reused, because usearch misbehaves when
 //!   a removed key is added again.
 //! - Nothing is ever removed from a graph either: usearch hands the slot of a removed key to
-//!   the next insert, rewiring it in place, which can leave nodes no search reaches. A
-//!   removed vector is renamed to a *grave* key (`GRAVE | key`) instead: it keeps routing
-//!   searches but never comes back as a hit. `compact()` rebuilds graphs full of graves.
+//!   the next insert and rewires that node in place, the code path of its remove/re-add bugs
+//!   (#396, #727, #753, #769). A removed vector is renamed to a *grave* key (`GRAVE | key`)
+//!   instead: it keeps routing searches but never comes back as a hit. `compact()` rebuilds
+//!   graphs full of graves.
 //! - HNSW is approximate: neighbour pruning can leave a few nodes with no incoming edge
 //!   (measured: ~0.06% of 99k 384-d vectors, ~0.2% of 4-d ones, the same in raw usearch),
 //!   which only a filtered search with few candidates (an exact scan) returns.

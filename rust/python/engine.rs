@@ -370,6 +370,7 @@ impl PyEngine {
         d.set_item("vector_memory_bytes", s.vector_memory_bytes)?;
         d.set_item("vector_index_entries", s.vector_index_entries)?;
         d.set_item("keyword_docs", s.keyword_docs)?;
+        d.set_item("keyword_segments", s.keyword_segments)?;
         d.set_item("bytes_on_disk", s.bytes_on_disk)?;
         d.set_item("dims", s.dims)?;
         d.set_item("metric", s.metric.as_str())?;
