@@ -1374,14 +1374,15 @@ impl Engine {
                     .get(&vkey)
                     .is_some_and(|rid| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)))
             };
-            let all_keys = || keys_of(&mut n.ids.values().copied());
+            // the passing keys, from the smallest posting list when the filter has one
+            let all_keys = || match pred.candidates() {
+                Some(c) => keys_of(&mut c.into_iter()),
+                None => keys_of(&mut n.ids.values().copied()),
+            };
             let plan = if pred.is_trivial() {
                 Plan::All
             } else if pred.candidate_count() <= EXACT_MAX {
-                let c = pred
-                    .candidates()
-                    .unwrap_or_else(|| n.ids.values().copied().collect());
-                Plan::Keys(keys_of(&mut c.into_iter()))
+                Plan::Keys(all_keys())
             } else {
                 Plan::Predicate {
                     pred: &pred_fn,

@@ -48,6 +48,8 @@ pub const EXPANSION_ADD: usize = 128;
 /// Graphs are created with usearch's own expansion at 1, so this per-call count alone
 /// decides the breadth (usearch searches `max(expansion, count)` candidates).
 pub const DEFAULT_BREADTH: usize = 64;
+/// A filter too selective to over-fetch, passing at most this many rows, is an exact scan.
+const EXACT_SCAN_MAX: f64 = 16_384.0;
 /// Candidates rescored in f64 beyond `k` (the fast kernels may order near-ties differently).
 const RESCORE_MARGIN: usize = 8;
 /// Keys at or above this mark removed vectors (graves); live keys are always below it.
@@ -531,6 +533,19 @@ impl VectorIndex {
                     if passing.len() >= k {
                         return Ok(self.rescore(ns, query, k, &passing));
                     }
+                }
+                // A rarer filter over few enough rows: scanning them exactly beats the
+                // traversal (at 1M rows a 1% filter took ~40 ms in the traversal, with recall
+                // 0.92; an exact scan costs ~0.5 µs a row).
+                #[allow(clippy::cast_precision_loss, reason = "an estimate of a row count")]
+                let passing = *selectivity * g.live() as f64;
+                if passing <= EXACT_SCAN_MAX {
+                    return Ok(self.rescore(
+                        ns,
+                        query,
+                        k,
+                        &self.graph_scan(g, query, k, &all_keys()),
+                    ));
                 }
                 let mut count = k.max(breadth);
                 loop {
