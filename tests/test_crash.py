@@ -194,7 +194,7 @@ def verify(path: Path, acks: Acks, fresh: list[str]) -> None:
             # exact under a one-row filter: the index holds the vector under this row (an
             # unfiltered HNSW search may miss a node no graph edge leads to; see vector.rs)
             hits = s.vector_search(ns, vec_for(id), Filter(tags=[id]), k=1)
-            assert [h.memory.id for h in hits] == [id], (hits[0].score, s.get_embedding(ns, hits[0].memory.id), vec_for(id), s.stats())
+            assert [h.memory.id for h in hits] == [id]
             assert hits[0].score == pytest.approx(1.0, abs=1e-12)
             hits = s.keyword_search(ns, word, k=1)
             assert [h.memory.id for h in hits] == [id], f"keyword search for {word}"
