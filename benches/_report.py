@@ -50,23 +50,17 @@ def machine_info() -> str:
     )
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=BENCHES, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def git_rev() -> str:
     """Short git revision of the work tree (``+dirty`` when it has changes), or ``?``."""
     try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=BENCHES,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=BENCHES,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        rev = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "?"
