@@ -207,7 +207,17 @@ fn fast_distance(metric: Metric, q: &[f32], q_norm: f32, v: &[f32]) -> f32 {
     }
 }
 
-/// A scan candidate: a max-heap on distance keeps the nearest (ties: larger key evicted).
+/// The nearest candidates of an exact scan: a bounded max-heap on distance (ties: the
+/// larger key is evicted, so equal inputs keep equal keys).
+struct Nearest<'q> {
+    metric: Metric,
+    query: &'q [f32],
+    q_norm: f32,
+    keep: usize,
+    heap: BinaryHeap<Cand>,
+}
+
+/// A candidate: (distance, key), ordered by distance, then key.
 #[derive(PartialEq)]
 struct Cand(f32, u64);
 impl Eq for Cand {}
@@ -219,6 +229,33 @@ impl PartialOrd for Cand {
 impl Ord for Cand {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))
+    }
+}
+
+impl<'q> Nearest<'q> {
+    fn new(metric: Metric, query: &'q [f32], keep: usize) -> Self {
+        Self {
+            metric,
+            query,
+            q_norm: query.iter().map(|x| x * x).sum::<f32>().sqrt(),
+            keep,
+            heap: BinaryHeap::with_capacity(keep + 1),
+        }
+    }
+
+    fn offer(&mut self, key: u64, v: &[f32]) {
+        let d = fast_distance(self.metric, self.query, self.q_norm, v);
+        if self.heap.len() < self.keep {
+            self.heap.push(Cand(d, key));
+        } else if self.heap.peek().is_some_and(|w| d < w.0) {
+            self.heap.pop();
+            self.heap.push(Cand(d, key));
+        }
+    }
+
+    /// The kept keys, unordered.
+    fn into_keys(self) -> Vec<u64> {
+        self.heap.into_iter().map(|c| c.1).collect()
     }
 }
 
@@ -483,28 +520,11 @@ impl VectorIndex {
         };
         let breadth = self.breadth.load(Ordering::Relaxed);
         let cands: Vec<u64> = match (part, plan) {
-            (Partition::Flat(f), Plan::All) => self.scan(query, k, f.keys.iter().copied(), |key| {
-                f.pos
-                    .get(&key)
-                    .map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
-            }),
-            (Partition::Flat(f), Plan::Keys(keys)) => {
-                self.scan(query, k, keys.iter().copied(), |key| {
-                    f.pos
-                        .get(&key)
-                        .map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
-                })
+            (Partition::Flat(f), Plan::All) => self.scan(f, query, k, f.keys.iter().copied()),
+            (Partition::Flat(f), Plan::Keys(keys)) => self.scan(f, query, k, keys.iter().copied()),
+            (Partition::Flat(f), Plan::Predicate { pred, .. }) => {
+                self.scan(f, query, k, f.keys.iter().copied().filter(|key| pred(*key)))
             }
-            (Partition::Flat(f), Plan::Predicate { pred, .. }) => self.scan(
-                query,
-                k,
-                f.keys.iter().copied().filter(|key| pred(*key)),
-                |key| {
-                    f.pos
-                        .get(&key)
-                        .map(|i| &f.data[i * self.dims..(i + 1) * self.dims])
-                },
-            ),
             (Partition::Graph(g), Plan::Keys(keys)) => self.graph_scan(g, query, k, keys),
             (Partition::Graph(g), Plan::All) => {
                 let _permit = self.slots.acquire();
@@ -580,48 +600,27 @@ impl VectorIndex {
         Ok(self.rescore(ns, query, k, &cands[..cands.len().min(k + RESCORE_MARGIN)]))
     }
 
-    /// Exact candidate scan: the best `k + margin` by the fast f32 distance.
-    fn scan<'v>(
-        &self,
-        query: &[f32],
-        k: usize,
-        keys: impl Iterator<Item = u64>,
-        get: impl Fn(u64) -> Option<&'v [f32]>,
-    ) -> Vec<u64> {
-        let keep = k + RESCORE_MARGIN;
-        let q_norm = query.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let mut heap: BinaryHeap<Cand> = BinaryHeap::with_capacity(keep + 1);
+    /// Exact scan of a flat partition: the best `k + margin` of `keys`.
+    fn scan(&self, f: &Flat, query: &[f32], k: usize, keys: impl Iterator<Item = u64>) -> Vec<u64> {
+        let mut nearest = Nearest::new(self.metric, query, k + RESCORE_MARGIN);
         for key in keys {
-            let Some(v) = get(key) else { continue };
-            let d = fast_distance(self.metric, query, q_norm, v);
-            if heap.len() < keep {
-                heap.push(Cand(d, key));
-            } else if heap.peek().is_some_and(|w| d < w.0) {
-                heap.pop();
-                heap.push(Cand(d, key));
+            if let Some(i) = f.pos.get(&key) {
+                nearest.offer(key, &f.data[i * self.dims..(i + 1) * self.dims]);
             }
         }
-        heap.into_iter().map(|c| c.1).collect()
+        nearest.into_keys()
     }
 
+    /// Exact scan of some keys of a graph: the best `k + margin`.
     fn graph_scan(&self, g: &Graph, query: &[f32], k: usize, keys: &[u64]) -> Vec<u64> {
+        let mut nearest = Nearest::new(self.metric, query, k + RESCORE_MARGIN);
         let mut buf = vec![0f32; self.dims];
-        let q_norm = query.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let keep = k + RESCORE_MARGIN;
-        let mut heap: BinaryHeap<Cand> = BinaryHeap::with_capacity(keep + 1);
         for key in keys {
-            if !matches!(g.index.get(*key, &mut buf), Ok(n) if n > 0) {
-                continue;
-            }
-            let d = fast_distance(self.metric, query, q_norm, &buf);
-            if heap.len() < keep {
-                heap.push(Cand(d, *key));
-            } else if heap.peek().is_some_and(|w| d < w.0) {
-                heap.pop();
-                heap.push(Cand(d, *key));
+            if matches!(g.index.get(*key, &mut buf), Ok(n) if n > 0) {
+                nearest.offer(*key, &buf);
             }
         }
-        heap.into_iter().map(|c| c.1).collect()
+        nearest.into_keys()
     }
 
     /// f64 scores of the candidates (a few more than `k`), best `k` first.
