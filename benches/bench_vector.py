@@ -9,6 +9,7 @@ against the exact scan (see `_data.py`). Every QPS is the best of a few passes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -464,4 +465,73 @@ def test_memory_rss(
         note=f"{r['base'] / mb:,.0f} MB before open (python+numpy+memini imported), "
         f"{r['opened'] / mb:,.0f} MB right after open, {ours:,.0f} MB warm; usearch "
         f"memory_usage {usearch_index.memory_usage / mb:,.0f} MB",
+    )
+
+
+CHECKPOINT_EVERY = 50_000  # changes between periodic index checkpoints (rust/engine.rs)
+
+
+def test_searches_during_checkpoint(
+    benchmark: Any, data: D.Dataset, main: D.MainStore, bench_dir: Path
+) -> None:
+    """How long the periodic index checkpoint stalls writes and searches. On a backup of the
+    main store, one thread re-upserts the rows (1000 a batch) past the next checkpoint (every
+    50,000 changes) while this thread searches; the writer's slowest batch holds the
+    checkpoint. Peer: the searches outside that batch."""
+    import threading
+
+    import memini
+
+    benchmark.group = "vector: checkpoint"
+    copy = bench_dir / "checkpoint"
+    main.store.backup(copy)
+    store = memini.Store.open(copy)
+    mems = [data.memory(i) for i in range(data.n)]
+    batches = [mems[b : b + D.BATCH] for b in range(0, data.n, D.BATCH)]
+    n_batches = CHECKPOINT_EVERY // D.BATCH + 10
+    writes: list[tuple[float, float]] = []
+    searches: list[tuple[float, float]] = []
+
+    def write() -> None:
+        for j in range(n_batches):
+            t0 = time.perf_counter()
+            store.upsert_many(batches[j % len(batches)])
+            writes.append((t0, time.perf_counter()))
+
+    def run() -> None:
+        writer = threading.Thread(target=write)
+        writer.start()
+        qi = 0
+        while writer.is_alive():
+            t0 = time.perf_counter()
+            store.vector_search(D.NS, data.queries[qi % len(data.queries)], k=D.K)
+            searches.append((t0, time.perf_counter()))
+            qi += 1
+        writer.join()
+
+    try:
+        benchmark.pedantic(run, rounds=1, iterations=1)
+    finally:
+        store.close()
+    assert len(writes) == n_batches
+    start, end = max(writes, key=lambda w: w[1] - w[0])
+    batch_ms = sorted(1000 * (e - s) for s, e in writes)
+    during = [e - s for s, e in searches if s < end and e > start]
+    outside = [e - s for s, e in searches if e <= start or s >= end]
+    inside, rest = D.percentiles_ms(during or [0.0]), D.percentiles_ms(outside)
+    median = batch_ms[len(batch_ms) // 2]
+    D.report(
+        benchmark,
+        "search p99 during checkpoint / outside",
+        inside["p99_ms"],
+        "ms",
+        peer=rest["p99_ms"],
+        peer_name="outside",
+        ratio=inside["p99_ms"] / rest["p99_ms"],
+        note=f"checkpoint batch {batch_ms[-1]:,.0f} ms (median batch {median:,.0f} ms); "
+        f"{len(during)} searches during it: p50 {inside['p50_ms']} ms, max "
+        f"{inside['max_ms']} ms; outside: p50 {rest['p50_ms']} ms, max {rest['max_ms']} ms",
+        checkpoint_batch_ms=batch_ms[-1],
+        median_batch_ms=median,
+        searches_during=len(during),
     )

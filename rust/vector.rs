@@ -23,7 +23,7 @@
 
 use std::collections::{BinaryHeap, HashMap};
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -311,6 +311,19 @@ pub struct VectorIndex {
     slots: Slots,
     /// Search breadth: the floor of every graph search's `count` (recall vs speed).
     breadth: AtomicUsize,
+}
+
+/// CRC-32 of a file, read in 1 MiB chunks (a graph file can be gigabytes).
+fn file_crc32(path: &Path) -> std::io::Result<u32> {
+    let mut f = fs::File::open(path)?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match f.read(&mut buf)? {
+            0 => return Ok(hasher.finalize()),
+            n => hasher.update(&buf[..n]),
+        }
+    }
 }
 
 fn usearch_err(context: &str, e: impl std::fmt::Display) -> Error {
@@ -699,13 +712,13 @@ impl VectorIndex {
                 .to_str()
                 .ok_or_else(|| Error::invalid("store path is not UTF-8"))?;
             g.index.save(tmp_str).map_err(|e| usearch_err("save", e))?;
-            let bytes = fs::read(&tmp)?;
+            let crc32 = file_crc32(&tmp)?;
             fs::File::open(&tmp)?.sync_all()?;
             fs::rename(&tmp, dir.join(&file))?;
             graphs.push(GraphFile {
                 namespace: ns.clone(),
                 file,
-                crc32: crc32fast::hash(&bytes),
+                crc32,
                 removed: g.removed,
             });
         }
@@ -742,7 +755,7 @@ impl VectorIndex {
         }
         for gf in &manifest.graphs {
             let path = dir.join(&gf.file);
-            let ok = fs::read(&path).is_ok_and(|b| crc32fast::hash(&b) == gf.crc32);
+            let ok = file_crc32(&path).is_ok_and(|crc| crc == gf.crc32);
             if !ok {
                 log::warn!(
                     "vector graph {} is missing or corrupt; rebuilding from rows",
