@@ -10,14 +10,15 @@
 //!   callback drops documents that are deleted, stale (an older version of a row) or rejected
 //!   by the filter, inside the top-k loop, so they never take a result slot.
 //! - Read-your-writes without a commit per write (a tantivy commit + reload costs ~12 ms):
-//!   every write is buffered in the tantivy writer AND entered in a small in-memory delta
+//!   every write is queued for the tantivy writer AND entered in a small in-memory delta
 //!   (same analyzer). A search scores the delta's documents itself with tantivy's own
 //!   `Bm25Weight` over combined statistics (committed + delta document counts, token counts
 //!   and document frequencies, the same field-norm quantisation), merges them into the top-k
 //!   and skips committed documents of rows that are in the delta. A background thread folds
-//!   the delta into tantivy (commit + reload) on a size/time threshold; deleted documents stay
-//!   in tantivy's statistics until a merge, exactly as the delta's additions do, so a row's
-//!   score does not jump when it is folded in.
+//!   the queue and the delta into tantivy (commit + reload) on a size/time threshold, so a
+//!   write never waits for a commit in progress; deleted documents stay in tantivy's
+//!   statistics until a merge, exactly as the delta's additions do, so a row's score does
+//!   not jump when it is folded in.
 //! - Each document also carries its tags' hashes as terms. A filter whose tags pass few rows
 //!   makes them required, zero-scored terms, so tantivy intersects posting lists instead of
 //!   scoring every document that matches the words.
@@ -103,6 +104,41 @@ struct Writer {
     /// When the last commit happened, and whether an idle merge followed it.
     committed_at: Instant,
     idle_merged: bool,
+}
+
+impl Writer {
+    /// Buffers one change: (rid, new document or None = delete) at changelog sequence `seq`.
+    fn apply(&mut self, rid_field: Field, change: Change, seq: u64) -> Result<()> {
+        let (rid, doc) = change;
+        self.inner.delete_term(Term::from_field_u64(rid_field, rid));
+        if let Some(td) = doc {
+            self.inner.add_document(td).map_err(|e| kw_err("add", e))?;
+        }
+        self.advance(seq);
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn advance(&mut self, seq: u64) {
+        if seq > self.seq {
+            self.seq = seq;
+            self.dirty = true;
+        }
+    }
+}
+
+/// A document change for tantivy: the row id and its new document (None = delete).
+type Change = (u64, Option<TantivyDocument>);
+
+/// Searchable changes not yet handed to the tantivy writer. The writer is busy for the whole
+/// of a commit (tens to hundreds of ms); queueing here means a write, which holds the store's
+/// state lock, never waits for one (the delta already makes the change visible). The fold
+/// hands the queue to the writer, in order, before it commits.
+#[derive(Default)]
+struct Pending {
+    changes: Vec<(Change, u64)>,
+    /// Newest changelog sequence reflected (changes and [`KeywordIndex::advance`]).
+    seq: u64,
 }
 
 /// A document to index: the row's namespace, text, tag hashes and version.
@@ -212,6 +248,8 @@ struct Shared {
     /// Fast-field columns per segment, opened once rather than on every search.
     columns: Mutex<HashMap<SegmentId, Columns>>,
     writer: Mutex<Writer>,
+    /// Locked after `writer` when both are held.
+    pending: Mutex<Pending>,
     delta: RwLock<Delta>,
     stop: Mutex<bool>,
     wake: Condvar,
@@ -248,10 +286,22 @@ fn push(heap: &mut BinaryHeap<Hit>, k: usize, score: f32, rid: u64) {
 }
 
 impl Shared {
-    /// Commits buffered changes (if any), reloads the reader and drops the folded delta.
+    /// Hands the queued changes to the writer, in order.
+    fn flush_pending(&self, w: &mut Writer) -> Result<()> {
+        let p = std::mem::take(&mut *self.pending.lock());
+        for (change, seq) in p.changes {
+            w.apply(self.fields.rid, change, seq)?;
+        }
+        w.advance(p.seq);
+        Ok(())
+    }
+
+    /// Commits buffered and queued changes (if any), reloads the reader and drops the folded
+    /// delta.
     fn fold(&self) -> Result<()> {
         let seq = {
             let mut w = self.writer.lock();
+            self.flush_pending(&mut w)?;
             if !w.dirty {
                 return Ok(());
             }
@@ -329,7 +379,11 @@ impl Shared {
     /// and the reader picks its result up on a later tick.
     fn merge_if_idle(&self) -> Result<()> {
         let mut w = self.writer.lock();
-        if w.dirty || w.idle_merged || w.committed_at.elapsed() < IDLE_MERGE_AFTER {
+        if w.dirty
+            || w.idle_merged
+            || w.committed_at.elapsed() < IDLE_MERGE_AFTER
+            || !self.pending.lock().changes.is_empty()
+        {
             return Ok(());
         }
         w.idle_merged = true;
@@ -464,6 +518,7 @@ impl KeywordIndex {
                 committed_at: Instant::now(),
                 idle_merged: false,
             }),
+            pending: Mutex::new(Pending::default()),
             delta: RwLock::new(Delta::default()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -493,11 +548,8 @@ impl KeywordIndex {
     /// changelog sequence of the change. With `searchable`, the change is visible to the
     /// next search at once (via the delta); bulk loads pass false and `commit` at the end.
     pub fn put(&self, rid: u64, doc: Option<Doc>, seq: u64, searchable: bool) -> Result<()> {
-        let mut w = self.shared.writer.lock();
-        w.inner
-            .delete_term(Term::from_field_u64(self.shared.fields.rid, rid));
-        if let Some(d) = &doc {
-            let f = self.shared.fields;
+        let f = self.shared.fields;
+        let td = doc.as_ref().map(|d| {
             let mut td = TantivyDocument::new();
             td.add_u64(f.rid, rid);
             td.add_u64(f.ver, d.version);
@@ -506,10 +558,18 @@ impl KeywordIndex {
             for t in &d.tags {
                 td.add_u64(f.tag, *t);
             }
-            w.inner.add_document(td).map_err(|e| kw_err("add", e))?;
+            td
+        });
+        if searchable {
+            let mut p = self.shared.pending.lock();
+            p.changes.push(((rid, td), seq));
+            p.seq = p.seq.max(seq);
+        } else {
+            // a bulk load goes straight to the writer (after what is queued) and commits
+            let mut w = self.shared.writer.lock();
+            self.shared.flush_pending(&mut w)?;
+            w.apply(f.rid, (rid, td), seq)?;
         }
-        w.dirty = true;
-        w.seq = w.seq.max(seq);
         let mut delta = self.shared.delta.write();
         match doc {
             Some(d) if searchable => delta.insert(rid, &d, seq),
@@ -523,11 +583,8 @@ impl KeywordIndex {
 
     /// Notes that every change up to `seq` is reflected (even when none touched text).
     pub fn advance(&self, seq: u64) {
-        let mut w = self.shared.writer.lock();
-        if seq > w.seq {
-            w.seq = seq;
-            w.dirty = true;
-        }
+        let mut p = self.shared.pending.lock();
+        p.seq = p.seq.max(seq);
     }
 
     /// Commits buffered changes (if any) and reloads the reader.
