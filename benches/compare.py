@@ -997,7 +997,7 @@ def main() -> None:
     ap.add_argument(
         "--notes",
         type=Path,
-        default=None,
+        default=R.REPORT_DIR / "notes.md",
         help="Markdown file appended under 'Reading the numbers'",
     )
     ap.add_argument(

@@ -172,6 +172,38 @@ fn reopen_keeps_rows_and_indexes() {
 }
 
 #[test]
+fn queued_keyword_changes_reach_tantivy_before_a_bulk_load() {
+    // a small write queues its change for the fold thread; a bulk load starting with the same
+    // row goes straight into tantivy and must land on top of it, not under it
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = Engine::open(Some(dir.path()), &opts(2)).unwrap();
+        e.upsert_many(vec![mem("x", "ns", "alpha", None)]).unwrap();
+        let bulk = std::iter::once(mem("x", "ns", "beta", None))
+            .chain(
+                (0..memini::keyword::FOLD_DOCS)
+                    .map(|i| mem(&format!("b{i}"), "ns", "filler", None)),
+            )
+            .collect();
+        e.upsert_many(bulk).unwrap();
+        let ids = |e: &Engine, q: &str| -> Vec<String> {
+            let hits = e.keyword_search("ns", q, &live(), 5).unwrap();
+            hits.into_iter().map(|h| h.memory.id).collect()
+        };
+        assert_eq!(ids(&e, "beta"), ["x"]);
+        assert!(ids(&e, "alpha").is_empty());
+        e.close().unwrap();
+    }
+    let e = Engine::open(Some(dir.path()), &Options::default()).unwrap();
+    let hits = e.keyword_search("ns", "beta", &live(), 5).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert!(e
+        .keyword_search("ns", "alpha", &live(), 5)
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
 fn second_open_is_locked_and_dims_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let e = Engine::open(Some(dir.path()), &opts(3)).unwrap();
