@@ -12,7 +12,8 @@ first ``--rows`` rows, capped at 99,000, are stored), tags ``p10`` / ``p1`` / ``
 
 - **memini** — ``Store.open(dims=384, metric="cos")``, ``upsert_many`` 1000 rows a batch (each
   batch durable; both indexes), default search breadth 64, ``Filter(tags=[...])``; every hit
-  is a full `Memory`.
+  is a full `Memory`. Searches start once the keyword index's background merges have run
+  (untimed), as tantivy's start after ``wait_merging_threads``.
 - **sqlite-vec + FTS5** — the upstream memini engine's design: a rows table (id, content, tags
   as JSON), a ``vec0`` table (``float[384] distance_metric=cosine``, brute force) and an FTS5
   table (``porter unicode61``), WAL with ``synchronous=FULL`` (durable commits like memini),
@@ -132,6 +133,9 @@ class System:
         """Open the on-disk store again (in this process or a child)."""
         raise NotImplementedError
 
+    def settle(self) -> None:
+        """Wait (untimed) for background work the ingest left, e.g. index merges."""
+
     def search(self, q: np.ndarray, tag: str | None) -> list[int]:
         raise NotImplementedError
 
@@ -168,6 +172,9 @@ class Memini(System):
         import memini
 
         self.s = memini.Store.open(self.path)
+
+    def settle(self) -> None:
+        D.settle(self.s)  # keyword segments merge once writes pause (tantivy's: in ingest)
 
     def search(self, q: np.ndarray, tag: str | None) -> list[int]:
         from memini import Filter
@@ -625,6 +632,7 @@ def measure(
     if cls is not Numpy:  # an array copy is not an ingest
         out["ingest_rows_s"] = data.n / out["ingest_s"]
     del payload
+    sysm.settle()
     log(f"  {cls.name}: ingest {data.n / out['ingest_s']:,.0f} rows/s ({out['ingest_s']:.1f} s)")
     qs = data.queries[:nq]
     if sysm.vector:
