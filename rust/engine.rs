@@ -1358,27 +1358,13 @@ impl Engine {
             };
             let pred = Predicate::new(spec, n);
             let k = k.min(n.vectors); // never allocate for more hits than rows
-            let keys_of = |rids: &mut dyn Iterator<Item = u64>| -> Vec<u64> {
-                rids.filter_map(|rid| {
-                    st.cols
-                        .rows
-                        .get(&rid)
-                        .filter(|c| pred.matches(rid, c))
-                        .and_then(|c| c.vkey)
-                })
-                .collect()
-            };
             let pred_fn = |vkey: u64| -> bool {
                 st.cols
                     .by_vkey
                     .get(&vkey)
                     .is_some_and(|rid| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)))
             };
-            // the passing keys, from the smallest posting list when the filter has one
-            let all_keys = || match pred.candidates() {
-                Some(c) => keys_of(&mut c.into_iter()),
-                None => keys_of(&mut n.ids.values().copied()),
-            };
+            let all_keys = || matching_map(st, n, &pred, |_, c| c.vkey);
             let plan = if pred.is_trivial() {
                 Plan::All
             } else if pred.candidate_count() <= EXACT_MAX {
@@ -1565,10 +1551,28 @@ fn selectivity(st: &State, n: &crate::columns::Namespace, pred: &Predicate<'_>) 
 
 /// Rids of the namespace passing `pred` (from the smallest posting list when there is one).
 fn matching(st: &State, n: &crate::columns::Namespace, pred: &Predicate<'_>) -> Vec<u64> {
-    let test = |rid: &u64| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c));
+    matching_map(st, n, pred, |rid, _| Some(rid))
+}
+
+/// `f(rid, columns)` of every row of the namespace passing `pred` where it is Some, walking
+/// the smallest posting list when the filter has one.
+fn matching_map<T>(
+    st: &State,
+    n: &crate::columns::Namespace,
+    pred: &Predicate<'_>,
+    f: impl Fn(u64, &Col) -> Option<T>,
+) -> Vec<T> {
+    let pass = |rid: u64| {
+        let c = st.cols.rows.get(&rid)?;
+        if pred.matches(rid, c) {
+            f(rid, c)
+        } else {
+            None
+        }
+    };
     match pred.candidates() {
-        Some(c) => c.into_iter().filter(|r| test(r)).collect(),
-        None => n.ids.values().copied().filter(|r| test(r)).collect(),
+        Some(c) => c.into_iter().filter_map(pass).collect(),
+        None => n.ids.values().copied().filter_map(pass).collect(),
     }
 }
 

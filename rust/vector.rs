@@ -208,16 +208,6 @@ fn fast_distance(metric: Metric, q: &[f32], q_norm: f32, v: &[f32]) -> f32 {
     }
 }
 
-/// The nearest candidates of an exact scan: a bounded max-heap on distance (ties: the
-/// larger key is evicted, so equal inputs keep equal keys).
-struct Nearest<'q> {
-    metric: Metric,
-    query: &'q [f32],
-    q_norm: f32,
-    keep: usize,
-    heap: BinaryHeap<Cand>,
-}
-
 /// A candidate: (distance, key), ordered by distance, then key.
 #[derive(PartialEq)]
 struct Cand(f32, u64);
@@ -231,6 +221,16 @@ impl Ord for Cand {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0).then(self.1.cmp(&o.1))
     }
+}
+
+/// The nearest candidates of an exact scan: a bounded max-heap on distance (ties: the
+/// larger key is evicted, so equal inputs keep equal keys).
+struct Nearest<'q> {
+    metric: Metric,
+    query: &'q [f32],
+    q_norm: f32,
+    keep: usize,
+    heap: BinaryHeap<Cand>,
 }
 
 impl<'q> Nearest<'q> {
