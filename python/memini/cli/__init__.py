@@ -1,0 +1,143 @@
+"""The ``memini`` command line: bulk import and export, stats, compaction, index checks, demo.
+
+Commands (``memini COMMAND --help`` lists the options):
+
+* ``memini import FILE --store DIR``: load a JSONL file (``.gz`` too, ``-`` = stdin) in
+  atomic batches. Re-running skips what is stored already; a bad line is reported with its
+  line number and the rest lands.
+* ``memini export --store DIR [-o FILE]``: the whole store as versioned JSONL; importing it
+  into a new store and exporting again gives the same bytes.
+* ``memini stats|compact|check [--repair] --store DIR``: inspect, compact, verify the indexes.
+* ``memini demo [--store ./memini-data]``: import the shipped PyPI sample and recall from it.
+
+The file format is described in `memini.cli.records`; the package splits by job: `common`
+(errors, opening stores, progress), `records` (the format), `importer` (records into a
+store), `commands` (import, export, stats, compact, check), `demo`.
+
+Exit status: 0 on success; 1 on an error, or when an import had bad lines (the good ones are
+stored); 2 when ``check`` finds the indexes out of step with the rows (without ``--repair``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from rich.console import Console
+
+from memini.cli.commands import (
+    cmd_check,
+    cmd_compact,
+    cmd_export,
+    cmd_import,
+    cmd_stats,
+    export_store,
+)
+from memini.cli.common import METRICS, CliError
+from memini.cli.demo import DEFAULT_DEMO_STORE, cmd_demo
+from memini.cli.importer import ImportSummary
+from memini.cli.records import EXPORT_TYPE, EXPORT_VERSION
+from memini.errors import MeminiError
+
+__all__ = ["EXPORT_TYPE", "EXPORT_VERSION", "ImportSummary", "export_store", "main"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="memini",
+        description="memini: an embeddable memory store for AI agents.",
+        epilog="Exit status: 0 ok; 1 error or bad import lines; 2 check found a mismatch.",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress of long work")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def store_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--store", required=True, metavar="DIR", help="store directory")
+
+    sp = sub.add_parser("import", help="bulk-load a JSONL file (export format or plain rows)")
+    sp.add_argument("file", metavar="FILE", help="JSONL file, .gz accepted, - for stdin")
+    store_arg(sp)
+    sp.add_argument(
+        "--dims",
+        type=_positive,
+        help="vector dims of a new store "
+        "(default: the export header's, or the first embedding's length)",
+    )
+    sp.add_argument("--metric", choices=METRICS, help="metric of a new store (default l2)")
+    sp.add_argument("--batch", type=_positive, default=1000, help="rows per commit (1000)")
+    sp.add_argument(
+        "--namespace", default="default", help="namespace of lines without one (default 'default')"
+    )
+    sp.set_defaults(func=cmd_import)
+
+    sp = sub.add_parser("export", help="write the whole store as versioned JSONL")
+    store_arg(sp)
+    sp.add_argument("-o", "--output", metavar="FILE", help="output file (default stdout)")
+    sp.set_defaults(func=cmd_export)
+
+    sp = sub.add_parser("stats", help="counts per namespace and tier, index and disk sizes")
+    store_arg(sp)
+    sp.add_argument("--json", action="store_true", help="print Store.stats() as JSON")
+    sp.set_defaults(func=cmd_stats)
+
+    sp = sub.add_parser("compact", help="reclaim the space of deleted rows")
+    store_arg(sp)
+    sp.set_defaults(func=cmd_compact)
+
+    sp = sub.add_parser("check", help="compare the rows with the vector and keyword indexes")
+    store_arg(sp)
+    sp.add_argument(
+        "--repair",
+        action="store_true",
+        help="rebuild both indexes from the rows (the store must be closed)",
+    )
+    sp.set_defaults(func=cmd_check)
+
+    sp = sub.add_parser("demo", help="import the shipped PyPI sample and run a few recalls")
+    sp.add_argument(
+        "--store",
+        default=DEFAULT_DEMO_STORE,
+        metavar="DIR",
+        help=f"store directory (default {DEFAULT_DEMO_STORE})",
+    )
+    sp.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status.
+
+    Args:
+        argv: The arguments after the program name; None reads ``sys.argv``.
+    """
+    args = _parser().parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    func = cast("Callable[[argparse.Namespace, Console, Console], int]", args.func)
+    try:
+        return func(args, out, err)
+    except CliError as e:
+        err.print(f"memini {args.command}: {e}", markup=False)
+        return 1
+    except MeminiError as e:
+        err.print(f"memini {args.command}: {type(e).__name__}: {e}", markup=False)
+        return 1
+    except BrokenPipeError:
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted; every batch that finished is stored")
+        return 130

@@ -1,0 +1,413 @@
+"""The import, export, stats, compact and check commands.
+
+Each ``cmd_*`` takes the parsed arguments and two consoles (stdout for results, stderr for
+progress and problems) and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from memini.cli.common import CliError, Metric, open_new_or_existing, open_store, progress_bar
+from memini.cli.importer import Importer, ImportSummary
+from memini.cli.records import (
+    EXPORT_TYPE,
+    EXPORT_VERSION,
+    decode_line,
+    dumps,
+    event_record,
+    header_settings,
+    key_record,
+    link_record,
+    memory_record,
+)
+from memini.store import Store
+from memini.types import Filter, Sort, SortKey, Tier
+
+__all__ = ["cmd_check", "cmd_compact", "cmd_export", "cmd_import", "cmd_stats", "export_store"]
+
+_LIST_PAGE = 1000
+
+
+# --------------------------------------------------------------------------------------------
+# Import
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Source:
+    """The lines of an import file (gzip-compressed ones too; ``-`` = plain stdin) and how far
+    through the file reading is."""
+
+    raw: IO[bytes]
+    lines: Iterator[bytes]
+    size: int | None
+
+    @classmethod
+    def open(cls, path: str) -> _Source:
+        if path == "-":
+            raw: IO[bytes] = sys.stdin.buffer
+            return cls(raw, iter(raw), None)
+        try:
+            raw = open(path, "rb")  # noqa: SIM115 - closed by close()
+        except OSError as e:
+            raise CliError(f"cannot read {path}: {e.strerror}") from None
+        size = Path(path).stat().st_size
+        magic = raw.read(2)
+        raw.seek(0)
+        if magic == b"\x1f\x8b":
+            return cls(raw, iter(gzip.GzipFile(fileobj=raw)), size)
+        return cls(raw, iter(raw), size)
+
+    def position(self) -> int:
+        try:
+            return self.raw.tell()
+        except (OSError, ValueError):
+            return 0
+
+    def close(self) -> None:
+        if self.raw is not sys.stdin.buffer:
+            self.raw.close()
+
+
+def _numbered(lines: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
+    for lineno, line in enumerate(lines, start=1):
+        if line.strip():
+            yield lineno, line
+
+
+def cmd_import(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``memini import``: bulk-load a JSONL file."""
+    src = _Source.open(args.file)
+    try:
+        return _import(src, args, out, err)
+    finally:
+        src.close()
+
+
+def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) -> int:
+    path = Path(args.store)
+    dims: int | None = args.dims
+    metric: Metric | None = args.metric
+    model = ""
+    next_event_id = 0
+    records = _numbered(src.lines)
+    first = next(records, None)
+    pending: list[tuple[int, bytes]] = []
+    if first is not None:
+        obj, _ = decode_line(first[1])
+        if isinstance(obj, dict) and obj.get("type") == EXPORT_TYPE:
+            dims, metric, model, next_event_id = header_settings(obj, dims, metric)
+        else:
+            pending.append(first)
+            emb = obj.get("embedding") if isinstance(obj, dict) else None
+            if dims is None and isinstance(emb, list) and emb:
+                dims = len(emb)
+    t0 = time.perf_counter()
+    with open_new_or_existing(path, dims, metric) as store, progress_bar(err) as progress:
+        if model:
+            current = store.embed_model()
+            if not current:
+                store.set_embed_model(model)
+            elif current != model:
+                err.print(f"warning: the store embeds with {current!r}, the file with {model!r}")
+        task = progress.add_task(f"importing {args.file}", total=src.size, rows=0)
+
+        def on_error(lineno: int, message: str) -> None:
+            progress.console.print(f"line {lineno}: {message}", markup=False, highlight=False)
+
+        imp = Importer(
+            store,
+            batch=args.batch,
+            default_ns=args.namespace,
+            on_error=on_error,
+            next_event_id=next_event_id,
+        )
+        for n, (lineno, line) in enumerate(_chain(pending, records), start=1):
+            obj, problem = decode_line(line)
+            if problem is None:
+                imp.add(lineno, obj)
+            else:
+                imp.bad_line(lineno, problem, None)
+            if n % 256 == 0:
+                progress.update(task, completed=src.position(), rows=n)
+        summary = imp.finish()
+    _print_summary(out, summary, time.perf_counter() - t0)
+    return 1 if summary.bad else 0
+
+
+def _chain(
+    first: list[tuple[int, bytes]], rest: Iterator[tuple[int, bytes]]
+) -> Iterator[tuple[int, bytes]]:
+    yield from first
+    yield from rest
+
+
+def _print_summary(out: Console, s: ImportSummary, seconds: float) -> None:
+    def say(text: str) -> None:
+        out.print(text, markup=False, highlight=False)
+
+    say(f"import finished in {seconds:.1f} s")
+    kinds = [("memories", s.memories), ("links", s.links), ("api keys", s.api_keys)]
+    for name, c in [*kinds, ("events", s.events)]:
+        if c.read or name == "memories":
+            say(
+                f"  {name + ':':<10}{c.read:>10,} read, {c.inserted:,} inserted, "
+                f"{c.skipped:,} skipped (already stored), {c.bad:,} bad"
+            )
+    if s.other_bad:
+        say(f"  {'other:':<10}{s.other_bad:>10,} bad (unreadable lines, unknown record types)")
+    for note in s.notes:
+        say(f"note: {note}")
+    if s.bad:
+        lines = ", ".join(str(n) for n, _ in s.errors[:20])
+        more = f" and {len(s.errors) - 20} more" if len(s.errors) > 20 else ""
+        say(f"{s.bad} bad line(s) not imported: {lines}{more} (reasons on stderr)")
+
+
+# --------------------------------------------------------------------------------------------
+# Export
+# --------------------------------------------------------------------------------------------
+
+
+def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | None = None) -> int:
+    """Write the whole store to ``out`` in the export format; return the lines written.
+
+    The output is a function of the stored data only: two stores holding the same rows,
+    vectors, links, keys and events (with the same ids) and the same next event id export
+    to the same bytes.
+    """
+    stats = store.stats()
+    header = {
+        "type": EXPORT_TYPE,
+        "version": EXPORT_VERSION,
+        "dims": stats["dims"],
+        "metric": stats["metric"],
+        "embed_model": store.embed_model(),
+        "next_event_id": int(stats["meta"]["next_event_id"]),
+    }
+    out.write(dumps(header) + "\n")
+    n = 1
+    everything = Filter(
+        include_expired=True, include_superseded=True, sort=Sort(SortKey.CREATED_AT, asc=True)
+    )
+    for ns in store.list_namespaces():
+        offset = 0
+        while page := store.list(ns, everything, _LIST_PAGE, offset):
+            offset += len(page)
+            for m in page:
+                emb = store.get_embedding(ns, m.id)
+                out.write(dumps(memory_record(m, emb)) + "\n")
+            n += len(page)
+            if on_row is not None:
+                on_row(len(page))
+    for link in store.list_all_links():
+        out.write(dumps(link_record(link)) + "\n")
+        n += 1
+    for key in store.list_api_keys():
+        out.write(dumps(key_record(key)) + "\n")
+        n += 1
+    for ev in sorted(store.list_events(), key=lambda e: e.id):
+        out.write(dumps(event_record(ev)) + "\n")
+        n += 1
+    return n
+
+
+def cmd_export(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``memini export``: the whole store as JSONL on stdout (or ``--output``)."""
+    path = Path(args.store)
+    with open_store(path, "export") as store, contextlib.ExitStack() as stack:
+        total = int(store.stats()["rows"])
+        target: IO[str] = sys.stdout  # the export is ASCII: any stdout encoding takes it
+        if args.output not in (None, "-"):
+            target = stack.enter_context(open(args.output, "w", encoding="ascii", newline="\n"))
+        progress = stack.enter_context(progress_bar(err))
+        task = progress.add_task("exporting", total=total, rows=0)
+        done = 0
+
+        def on_rows(k: int) -> None:
+            nonlocal done
+            done += k
+            progress.update(task, completed=done, rows=done)
+
+        lines = export_store(store, target, on_rows)
+        target.flush()
+    if args.output not in (None, "-"):
+        err.print(f"exported {total:,} memories ({lines:,} lines) to {args.output}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# stats, compact, check
+# --------------------------------------------------------------------------------------------
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _print_stats(out: Console, path: Path, st: dict[str, Any], model: str) -> None:
+    out.print(
+        f"store {path}: {st['rows']:,} memories, {st['dims']} dims, metric {st['metric']}, "
+        f"embed model {model or '(unset)'}, {_size(st['bytes_on_disk'])} on disk",
+        markup=False,
+        highlight=False,
+    )
+    tiers = [t.value for t in Tier]
+    table = Table("namespace", "rows", "vectors", *tiers)
+    for col in table.columns[1:]:
+        col.justify = "right"
+    for ns, c in sorted(st["namespaces"].items()):
+        table.add_row(ns, f"{c['rows']:,}", f"{c['vectors']:,}", *[f"{c[t]:,}" for t in tiers])
+    out.print(table)
+    meta = st.get("meta", {})
+    out.print(
+        f"indexes: {st['keyword_docs']:,} keyword docs; vectors in "
+        f"{st['vector_graphs']} HNSW graph(s) + {st['vector_flat_partitions']} flat "
+        f"partition(s), {_size(st['vector_memory_bytes'])} in memory\n"
+        f"meta: {meta.get('links', 0):,} links, {meta.get('api_keys', 0):,} API keys, "
+        f"{meta.get('events', 0):,} events, {_size(meta.get('bytes', 0))}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def cmd_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``memini stats``: counts per namespace and tier, index and disk sizes."""
+    path = Path(args.store)
+    with open_store(path, "stats") as store:
+        st, model = store.stats(), store.embed_model()
+    if args.json:
+        out.print_json(data=st)
+    else:
+        _print_stats(out, path, st, model)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``memini compact``: reclaim the space of deleted rows."""
+    path = Path(args.store)
+    with open_store(path, "compact") as store:
+        before = int(store.stats()["bytes_on_disk"]) + int(store.stats()["meta"]["bytes"])
+        t0 = time.perf_counter()
+        store.compact()
+        seconds = time.perf_counter() - t0
+        st = store.stats()
+        after = int(st["bytes_on_disk"]) + int(st["meta"]["bytes"])
+    out.print(f"compacted {path} in {seconds:.1f} s: {_size(before)} -> {_size(after)}")
+    return 0
+
+
+@dataclass
+class _Check:
+    rows: int
+    keyword_docs: int
+    vectors: int
+    vector_index: int | None
+    probe_found: int
+    probe_total: int
+
+    @property
+    def ok(self) -> bool:
+        vec_ok = self.vector_index is None or self.vector_index == self.vectors
+        probe_ok = self.probe_found == self.probe_total
+        return self.rows == self.keyword_docs and vec_ok and probe_ok
+
+
+def _vector_probe(store: Store, per_namespace: int = 20) -> tuple[int, int]:
+    """Search with a few stored vectors: each must find its own row (or a tie scoring at
+    least as high), else the vector index lacks it. Returns (found, probed)."""
+    found = probed = 0
+    everything = Filter(include_expired=True, include_superseded=True)
+    metric = store.stats()["metric"]
+    for ns in store.list_namespaces():
+        vecs = [(m.id, store.get_embedding(ns, m.id)) for m in store.list(ns, everything, 200)]
+        for id_, emb in [(i, e) for i, e in vecs if e is not None][:per_namespace]:
+            probed += 1
+            hits = store.vector_search(ns, emb, everything, k=10)
+            v = emb.astype(np.float64)
+            best = float(v @ v) if metric == "ip" else 1.0  # l2: 1/(1+0), cos: 1
+            if any(h.memory.id == id_ for h in hits) or (hits and hits[0].score >= best - 1e-6):
+                found += 1
+    return found, probed
+
+
+def _check(store: Store) -> _Check:
+    st = store.stats()
+    vectors = sum(int(c["vectors"]) for c in st["namespaces"].values())
+    index = st.get("vector_index_entries")
+    found, total = _vector_probe(store)
+    return _Check(
+        rows=int(st["rows"]),
+        keyword_docs=int(st["keyword_docs"]),
+        vectors=vectors,
+        vector_index=None if index is None else int(index),
+        probe_found=found,
+        probe_total=total,
+    )
+
+
+def _print_check(out: Console, c: _Check) -> None:
+    mark = {True: "ok", False: "MISMATCH"}
+    out.print(
+        f"rows {c.rows:,} vs keyword index {c.keyword_docs:,} docs: "
+        f"{mark[c.rows == c.keyword_docs]}"
+    )
+    if c.vector_index is None:
+        out.print(f"rows with a vector {c.vectors:,}; vector index count not reported by stats()")
+    else:
+        out.print(
+            f"rows with a vector {c.vectors:,} vs vector index {c.vector_index:,}: "
+            f"{mark[c.vectors == c.vector_index]}"
+        )
+    out.print(
+        f"vector probe: {c.probe_found}/{c.probe_total} stored vectors find their row: "
+        f"{mark[c.probe_found == c.probe_total]}"
+    )
+
+
+def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``memini check``: compare the rows with the keyword and vector indexes."""
+    path = Path(args.store)
+    store = open_store(path, "check")
+    try:
+        result = _check(store)
+    finally:
+        store.close()
+    _print_check(out, result)
+    if not args.repair:
+        if result.ok:
+            out.print("indexes are consistent with the rows")
+            return 0
+        out.print("indexes are out of step with the rows: run `memini check --repair`")
+        return 2
+    # The indexes are derived from the rows: remove them and let open() rebuild them.
+    t0 = time.perf_counter()
+    for name in ("vectors", "keyword"):
+        target = path / name
+        if target.is_dir():
+            shutil.rmtree(target)
+    with open_store(path, "check --repair") as store:
+        after = _check(store)
+    out.print(
+        f"rebuilt the vector and keyword indexes from the rows in {time.perf_counter() - t0:.1f} s"
+    )
+    _print_check(out, after)
+    return 0 if after.ok else 2
