@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod filter;
 pub mod keyword;
+pub mod pool;
 pub mod rows;
 pub mod types;
 pub mod vector;
@@ -21,8 +22,9 @@ pub mod vector;
 #[cfg(feature = "python")]
 mod python;
 
-pub use engine::{Engine, Options, Stats};
+pub use engine::{Engine, FaultPoint, Options, Stats};
 pub use error::{Error, Result};
 pub use types::{
     FilterSpec, Level, Memory, MemoryPatch, Metric, Micros, NewMemory, Scored, SortKey, Tier,
 };
+pub use vector::{Route, Tuning};

@@ -1,6 +1,6 @@
 //! The vector index: one partition per namespace, derived from the row store.
 //!
-//! - A namespace with fewer than [`GRAPH_MIN`] vectors is a flat array scanned exactly.
+//! - A namespace with fewer than [`Tuning::graph_min`] vectors is a flat array scanned exactly.
 //! - A larger one is a usearch HNSW graph (SIMD kernels). Keys are the rows' vector keys
 //!   (`Col::vkey`), allocated monotonically and never reused, because usearch misbehaves when
 //!   a removed key is added again.
@@ -17,16 +17,22 @@
 //!   (a larger `count`, never the shared expansion setting) until k hits, else an exact scan.
 //! - Final scores are recomputed in f64 from the stored f32 vectors, so a score never depends
 //!   on the kernel or the plan.
-//! - usearch serves only as many concurrent calls as it has thread slots: every call into a
-//!   graph holds a permit of [`Slots`]. Structural changes (reserve, add, remove, save,
-//!   compact) happen under the engine's exclusive state lock.
+//! - usearch serves only as many concurrent calls as it reserved thread slots, and fails a call
+//!   that finds none ("Reserve capacity ahead of insertions!"). Every call into a graph
+//!   therefore takes a [`Permit`] of [`Slots`] first: [`Graph`]'s methods demand one, so no
+//!   code path can reach usearch without it, whatever the number of threads calling. Graphs
+//!   reserve [`thread_slots`] contexts. Structural changes (reserve, remove, save, compact)
+//!   happen under the engine's exclusive state lock.
+//! - The plan thresholds live in [`Tuning`], fixed in production and lowered by tests so
+//!   every plan branch runs at a few thousand rows.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::fs;
 use std::io::{Read, Write};
 use std::path::Path;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use parking_lot::{Condvar, Mutex};
 use rayon::prelude::*;
@@ -34,12 +40,9 @@ use serde::{Deserialize, Serialize};
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 use crate::error::{Error, Result};
+use crate::pool::pool;
 use crate::types::Metric;
 
-/// Below this many vectors a namespace is a flat array (exact scans beat a graph there).
-pub const GRAPH_MIN: usize = 2048;
-/// A filtered search whose candidates number at most this is an exact scan of them.
-pub const EXACT_MAX: usize = 1024;
 /// HNSW connectivity (M).
 pub const CONNECTIVITY: usize = 16;
 /// HNSW construction breadth.
@@ -48,8 +51,6 @@ pub const EXPANSION_ADD: usize = 128;
 /// Graphs are created with usearch's own expansion at 1, so this per-call count alone
 /// decides the breadth (usearch searches `max(expansion, count)` candidates).
 pub const DEFAULT_BREADTH: usize = 64;
-/// A filter too selective to over-fetch, passing at most this many rows, is an exact scan.
-const EXACT_SCAN_MAX: f64 = 16_384.0;
 /// An over-fetching search asks for this many times the candidates expected to hold `k`
 /// passing hits; when fewer pass (~4% of searches at 1.75), a filtered traversal follows.
 /// Measured on 99k rows with a 10% filter (k = 10), QPS vs unfiltered and recall@10 on one
@@ -60,8 +61,40 @@ const OVERFETCH: f64 = 1.75;
 const RESCORE_MARGIN: usize = 8;
 /// Keys at or above this mark removed vectors (graves); live keys are always below it.
 const GRAVE: u64 = 1 << 63;
-/// usearch thread slots reserved per graph = permits of [`Slots`].
-const THREAD_SLOTS: usize = 32;
+/// Where the search plans switch; [`Tuning::default`] is what the store runs with.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// Below this many vectors a namespace is a flat array (exact scans beat a graph there).
+    pub graph_min: usize,
+    /// A filtered search whose candidates (posting-list bound) number at most this is an exact
+    /// scan of them.
+    pub exact_max: usize,
+    /// A filter too selective to over-fetch, passing at most this many rows, is an exact scan;
+    /// a rarer-but-larger one is a filtered traversal.
+    pub exact_scan_max: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            graph_min: 2048,
+            exact_max: 1024,
+            exact_scan_max: 16_384,
+        }
+    }
+}
+
+/// usearch thread contexts reserved per graph, and permits of [`Slots`]: twice the cores,
+/// at least 32 (Python threads search beside the worker pool), at most 256 (each context
+/// holds a visited-set of the graph's size).
+#[must_use]
+pub fn thread_slots() -> usize {
+    static SLOTS: OnceLock<usize> = OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        (2 * cores).clamp(32, 256)
+    })
+}
 
 /// A counting semaphore bounding concurrent calls into usearch.
 pub struct Slots {
@@ -69,7 +102,8 @@ pub struct Slots {
     cv: Condvar,
 }
 
-struct Permit<'a>(&'a Slots);
+/// Proof that the holder may make one call into usearch at a time.
+pub struct Permit<'a>(&'a Slots);
 
 impl Slots {
     fn new(n: usize) -> Self {
@@ -78,7 +112,8 @@ impl Slots {
             cv: Condvar::new(),
         }
     }
-    fn acquire(&self) -> Permit<'_> {
+    /// Waits for a free slot.
+    pub fn acquire(&self) -> Permit<'_> {
         let mut free = self.free.lock();
         while *free == 0 {
             self.cv.wait(&mut free);
@@ -111,6 +146,53 @@ pub enum Plan<'a> {
         /// Estimated share of the namespace's vectors that pass (0..=1).
         selectivity: f64,
     },
+}
+
+/// The routes a search can take, counted per index (`Stats::vector_routes`): what the
+/// planner chose, observable in production and asserted by the tests of each branch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// An exact scan of a flat partition.
+    Flat,
+    /// An unfiltered graph search.
+    Graph,
+    /// An exact scan of the few keys a filter's posting list allows.
+    Keys,
+    /// An over-fetched unfiltered graph search, passing hits kept.
+    Overfetch,
+    /// An exact scan of the rows a rare filter passes.
+    RareScan,
+    /// A graph traversal with the filter inside.
+    Traversal,
+    /// An exact scan after a graph search came up short.
+    Fallback,
+}
+
+impl Route {
+    /// Every route, in counter order.
+    pub const ALL: [Route; 7] = [
+        Route::Flat,
+        Route::Graph,
+        Route::Keys,
+        Route::Overfetch,
+        Route::RareScan,
+        Route::Traversal,
+        Route::Fallback,
+    ];
+
+    /// The route's name in statistics.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Flat => "flat",
+            Route::Graph => "graph",
+            Route::Keys => "keys",
+            Route::Overfetch => "overfetch",
+            Route::RareScan => "rare_scan",
+            Route::Traversal => "traversal",
+            Route::Fallback => "fallback",
+        }
+    }
 }
 
 /// The candidate count of an unfiltered search expected to hold `want` passing hits
@@ -268,7 +350,7 @@ struct Flat {
     pos: HashMap<u64, usize>,
 }
 
-/// Graph partition.
+/// Graph partition: a usearch index reachable only through methods that demand a [`Permit`].
 struct Graph {
     index: Index,
     /// Graves: removed vectors kept as routing nodes under `GRAVE | key`.
@@ -276,8 +358,119 @@ struct Graph {
 }
 
 impl Graph {
+    fn create(dims: usize, metric: Metric, capacity: usize, p: &Permit<'_>) -> Result<Self> {
+        let options = IndexOptions {
+            dimensions: dims,
+            metric: match metric {
+                Metric::L2 => MetricKind::L2sq,
+                Metric::Cos => MetricKind::Cos,
+                Metric::Ip => MetricKind::IP,
+            },
+            quantization: ScalarKind::F32,
+            connectivity: CONNECTIVITY,
+            expansion_add: EXPANSION_ADD,
+            expansion_search: 1,
+            multi: false,
+        };
+        let index = Index::new(&options).map_err(|e| usearch_err("create", e))?;
+        let g = Self { index, removed: 0 };
+        g.reserve(capacity.max(64), p)?;
+        Ok(g)
+    }
+
     fn live(&self) -> usize {
         self.index.size() - self.removed
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.index.contains(key)
+    }
+
+    fn reserve(&self, capacity: usize, _: &Permit<'_>) -> Result<()> {
+        self.index
+            .reserve_capacity_and_threads(capacity, thread_slots())
+            .map_err(|e| usearch_err("reserve", e))
+    }
+
+    /// Room for `more` inserts without a reallocation during them.
+    fn reserve_more(&self, more: usize, p: &Permit<'_>) -> Result<()> {
+        let need = self.index.size() + more;
+        if need > self.index.capacity() {
+            self.reserve(need.max(self.index.capacity() * 2), p)?;
+        }
+        Ok(())
+    }
+
+    fn add(&self, key: u64, v: &[f32], _: &Permit<'_>) -> Result<()> {
+        if self.index.contains(key) {
+            return Ok(());
+        }
+        self.index.add(key, v).map_err(|e| usearch_err("add", e))
+    }
+
+    fn search(&self, q: &[f32], count: usize, _: &Permit<'_>) -> Result<Vec<u64>> {
+        let m = if self.removed == 0 {
+            self.index.search(q, count)
+        } else {
+            self.index.filtered_search(q, count, |key: u64| key < GRAVE)
+        };
+        Ok(m.map_err(|e| usearch_err("search", e))?.keys)
+    }
+
+    fn filtered_search(
+        &self,
+        q: &[f32],
+        count: usize,
+        pred: impl Fn(u64) -> bool,
+        _: &Permit<'_>,
+    ) -> Result<Vec<u64>> {
+        self.index
+            .filtered_search(q, count, pred)
+            .map(|m| m.keys)
+            .map_err(|e| usearch_err("filtered search", e))
+    }
+
+    /// Copies the vector of `key` into `buf`; false when absent.
+    fn get(&self, key: u64, buf: &mut [f32], _: &Permit<'_>) -> bool {
+        matches!(self.index.get(key, buf), Ok(n) if n > 0)
+    }
+
+    /// Turns `key` into a grave (see the module docs).
+    fn bury(&mut self, key: u64, _: &Permit<'_>) -> Result<()> {
+        if self.index.contains(key) {
+            self.index
+                .rename(key, GRAVE | key)
+                .map_err(|e| usearch_err("remove", e))?;
+            self.removed += 1;
+        }
+        Ok(())
+    }
+
+    fn save(&self, path: &str, _: &Permit<'_>) -> Result<()> {
+        self.index.save(path).map_err(|e| usearch_err("save", e))
+    }
+
+    fn load(&mut self, path: &str, removed: usize, p: &Permit<'_>) -> Result<()> {
+        self.index.load(path).map_err(|e| usearch_err("load", e))?;
+        self.removed = removed;
+        self.reserve(self.index.size().max(64), p)
+    }
+
+    /// Adds items on the worker pool, one permit per chunk.
+    fn add_all(&self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
+        const CHUNK: usize = 64;
+        if items.len() > 10_000 {
+            log::info!("adding {} vectors to a graph", items.len());
+        }
+        let add_chunk = |chunk: &[(u64, Vec<f32>)]| {
+            let p = slots.acquire();
+            chunk.iter().try_for_each(|(k, v)| self.add(*k, v, &p))
+        };
+        if items.len() >= 4 * CHUNK {
+            pool()?.install(|| items.par_chunks(CHUNK).try_for_each(add_chunk))
+        } else {
+            add_chunk(items)
+        }
     }
 }
 
@@ -308,10 +501,13 @@ struct GraphFile {
 pub struct VectorIndex {
     dims: usize,
     metric: Metric,
+    tuning: Tuning,
     parts: HashMap<String, Partition>,
     slots: Slots,
     /// Search breadth: the floor of every graph search's `count` (recall vs speed).
     breadth: AtomicUsize,
+    /// Searches per [`Route`].
+    routes: [AtomicU64; Route::ALL.len()],
 }
 
 /// CRC-32 of a file, read in 1 MiB chunks (a graph file can be gigabytes).
@@ -334,35 +530,47 @@ fn usearch_err(context: &str, e: impl std::fmt::Display) -> Error {
 impl VectorIndex {
     /// An empty index.
     #[must_use]
-    pub fn new(dims: usize, metric: Metric) -> Self {
+    pub fn new(dims: usize, metric: Metric, tuning: Tuning) -> Self {
         Self {
             dims,
             metric,
+            tuning,
             parts: HashMap::new(),
-            slots: Slots::new(THREAD_SLOTS),
+            slots: Slots::new(thread_slots()),
             breadth: AtomicUsize::new(DEFAULT_BREADTH),
+            routes: Default::default(),
         }
     }
 
+    fn took(&self, route: Route) {
+        self.routes[route as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Searches so far per route.
+    #[must_use]
+    pub fn routes(&self) -> Vec<(Route, u64)> {
+        Route::ALL
+            .iter()
+            .map(|r| (*r, self.routes[*r as usize].load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// An empty index with the same settings (dims, metric, tuning, breadth).
+    #[must_use]
+    pub fn empty_like(&self) -> Self {
+        let vi = Self::new(self.dims, self.metric, self.tuning);
+        vi.set_breadth(self.breadth.load(Ordering::Relaxed));
+        vi
+    }
+
     fn new_graph(&self, capacity: usize) -> Result<Graph> {
-        let options = IndexOptions {
-            dimensions: self.dims,
-            metric: match self.metric {
-                Metric::L2 => MetricKind::L2sq,
-                Metric::Cos => MetricKind::Cos,
-                Metric::Ip => MetricKind::IP,
-            },
-            quantization: ScalarKind::F32,
-            connectivity: CONNECTIVITY,
-            expansion_add: EXPANSION_ADD,
-            expansion_search: 1,
-            multi: false,
-        };
-        let index = Index::new(&options).map_err(|e| usearch_err("create", e))?;
-        index
-            .reserve_capacity_and_threads(capacity.max(64), THREAD_SLOTS)
-            .map_err(|e| usearch_err("reserve", e))?;
-        Ok(Graph { index, removed: 0 })
+        Graph::create(self.dims, self.metric, capacity, &self.slots.acquire())
+    }
+
+    /// The plan thresholds.
+    #[must_use]
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
     }
 
     /// Sets the search breadth (the floor of each graph search's candidate count).
@@ -386,7 +594,7 @@ impl VectorIndex {
         match self.parts.get(ns) {
             None => false,
             Some(Partition::Flat(f)) => f.pos.contains_key(&key),
-            Some(Partition::Graph(g)) => g.index.contains(key),
+            Some(Partition::Graph(g)) => g.contains(key),
         }
     }
 
@@ -408,12 +616,7 @@ impl VectorIndex {
                 f.keys.is_empty()
             }
             Some(Partition::Graph(g)) => {
-                if g.index.contains(key) {
-                    g.index
-                        .rename(key, GRAVE | key)
-                        .map_err(|e| usearch_err("remove", e))?;
-                    g.removed += 1;
-                }
+                g.bury(key, &self.slots.acquire())?;
                 g.live() == 0
             }
         };
@@ -423,15 +626,24 @@ impl VectorIndex {
         Ok(())
     }
 
+    /// Room for `more` inserts into the namespace's graph (if it has one), so that adding
+    /// them allocates nothing: called before a commit, where a failure still rejects the write.
+    pub fn reserve(&self, ns: &str, more: usize) -> Result<()> {
+        match self.parts.get(ns) {
+            Some(Partition::Graph(g)) => g.reserve_more(more, &self.slots.acquire()),
+            _ => Ok(()),
+        }
+    }
+
     /// Adds vectors to a namespace's partition, growing a flat array into a graph when it
-    /// passes [`GRAPH_MIN`]; graph inserts run on all cores.
+    /// passes [`Tuning::graph_min`]; graph inserts run on the worker pool.
     pub fn add(&mut self, ns: &str, items: Vec<(u64, Vec<f32>)>) -> Result<()> {
         if items.is_empty() {
             return Ok(());
         }
         let current = self.len(ns);
         let is_flat = !matches!(self.parts.get(ns), Some(Partition::Graph(_)));
-        if is_flat && current + items.len() >= GRAPH_MIN {
+        if is_flat && current + items.len() >= self.tuning.graph_min {
             // promote: move the flat vectors and the new ones into a fresh graph
             let mut all = match self.parts.remove(ns) {
                 Some(Partition::Flat(f)) => f
@@ -448,7 +660,7 @@ impl VectorIndex {
                 "building vector graph for namespace {ns:?}: {} vectors",
                 all.len()
             );
-            Self::graph_add(&g, &all)?;
+            g.add_all(&all, &self.slots)?;
             self.parts.insert(ns.to_owned(), Partition::Graph(g));
             return Ok(());
         }
@@ -469,53 +681,33 @@ impl VectorIndex {
                 }
             }
             Partition::Graph(g) => {
-                let need = g.index.size() + items.len();
-                if need > g.index.capacity() {
-                    g.index
-                        .reserve_capacity_and_threads(
-                            need.max(g.index.capacity() * 2),
-                            THREAD_SLOTS,
-                        )
-                        .map_err(|e| usearch_err("reserve", e))?;
-                }
-                Self::graph_add(g, &items)?;
+                g.reserve_more(items.len(), &self.slots.acquire())?;
+                g.add_all(&items, &self.slots)?;
             }
         }
         Ok(())
     }
 
-    fn graph_add(g: &Graph, items: &[(u64, Vec<f32>)]) -> Result<()> {
-        if items.len() > 10_000 {
-            log::info!("adding {} vectors to a graph", items.len());
-        }
-        let add = |(k, v): &(u64, Vec<f32>)| {
-            if g.index.contains(*k) {
-                return Ok(());
-            }
-            g.index.add(*k, v).map_err(|e| usearch_err("add", e))
-        };
-        // usearch serves at most THREAD_SLOTS concurrent calls; rayon uses fewer threads.
-        if items.len() >= 256 {
-            items.par_iter().try_for_each(add)
-        } else {
-            items.iter().try_for_each(add)
-        }
-    }
-
-    /// The stored vector of `key`.
-    #[must_use]
-    pub fn vector(&self, ns: &str, key: u64) -> Option<Vec<f32>> {
-        match self.parts.get(ns)? {
-            Partition::Flat(f) => f
-                .pos
-                .get(&key)
-                .map(|i| f.data[i * self.dims..(i + 1) * self.dims].to_vec()),
-            Partition::Graph(g) => {
-                let mut buf = vec![0f32; self.dims];
-                match g.index.get(key, &mut buf) {
-                    Ok(n) if n > 0 => Some(buf),
-                    _ => None,
-                }
+    /// The stored vectors of `keys` (None where absent), in order.
+    fn vectors(&self, ns: &str, keys: &[u64]) -> Vec<Option<Vec<f32>>> {
+        match self.parts.get(ns) {
+            None => vec![None; keys.len()],
+            Some(Partition::Flat(f)) => keys
+                .iter()
+                .map(|k| {
+                    f.pos
+                        .get(k)
+                        .map(|i| f.data[i * self.dims..(i + 1) * self.dims].to_vec())
+                })
+                .collect(),
+            Some(Partition::Graph(g)) => {
+                let p = self.slots.acquire();
+                keys.iter()
+                    .map(|k| {
+                        let mut buf = vec![0f32; self.dims];
+                        g.get(*k, &mut buf, &p).then_some(buf)
+                    })
+                    .collect()
             }
         }
     }
@@ -534,22 +726,24 @@ impl VectorIndex {
         };
         let breadth = self.breadth.load(Ordering::Relaxed);
         let cands: Vec<u64> = match (part, plan) {
-            (Partition::Flat(f), Plan::All) => self.scan(f, query, k, f.keys.iter().copied()),
-            (Partition::Flat(f), Plan::Keys(keys)) => self.scan(f, query, k, keys.iter().copied()),
-            (Partition::Flat(f), Plan::Predicate { pred, .. }) => {
-                self.scan(f, query, k, f.keys.iter().copied().filter(|key| pred(*key)))
+            (Partition::Flat(f), plan) => {
+                self.took(Route::Flat);
+                match plan {
+                    Plan::All => self.scan(f, query, k, f.keys.iter().copied()),
+                    Plan::Keys(keys) => self.scan(f, query, k, keys.iter().copied()),
+                    Plan::Predicate { pred, .. } => {
+                        self.scan(f, query, k, f.keys.iter().copied().filter(|key| pred(*key)))
+                    }
+                }
             }
-            (Partition::Graph(g), Plan::Keys(keys)) => self.graph_scan(g, query, k, keys),
+            (Partition::Graph(g), Plan::Keys(keys)) => {
+                self.took(Route::Keys);
+                self.graph_scan(g, query, k, keys)
+            }
             (Partition::Graph(g), Plan::All) => {
-                let _permit = self.slots.acquire();
+                self.took(Route::Graph);
                 let count = k.max(breadth).min(g.live());
-                let m = if g.removed == 0 {
-                    g.index.search(query, count)
-                } else {
-                    g.index
-                        .filtered_search(query, count, |key: u64| key < GRAVE)
-                };
-                m.map_err(|e| usearch_err("search", e))?.keys
+                g.search(query, count, &self.slots.acquire())?
             }
             (
                 Partition::Graph(g),
@@ -566,14 +760,11 @@ impl VectorIndex {
                 // an unlucky over-fetch, at k (the over-fetch's hits join its candidates)
                 let mut count = k.max(breadth);
                 if let Some(fetch) = overfetch(k, *selectivity, 8 * breadth.max(k)) {
-                    let m = {
-                        let _permit = self.slots.acquire();
-                        g.index
-                            .search(query, fetch.max(breadth).min(g.index.size()))
-                            .map_err(|e| usearch_err("search", e))?
-                    };
-                    found = m.keys.into_iter().filter(|key| pred(*key)).collect();
+                    let fetch = fetch.max(breadth).min(g.live());
+                    found = g.search(query, fetch, &self.slots.acquire())?;
+                    found.retain(|key| pred(*key));
                     if found.len() >= k {
+                        self.took(Route::Overfetch);
                         found.truncate(k + RESCORE_MARGIN);
                         return Ok(self.rescore(ns, query, k, &found));
                     }
@@ -584,23 +775,22 @@ impl VectorIndex {
                     // recall 0.92).
                     #[allow(clippy::cast_precision_loss, reason = "an estimate of a row count")]
                     let passing = *selectivity * g.live() as f64;
-                    if passing <= EXACT_SCAN_MAX {
+                    #[allow(clippy::cast_precision_loss, reason = "a row-count threshold")]
+                    if passing <= self.tuning.exact_scan_max as f64 {
+                        self.took(Route::RareScan);
                         let keys = self.graph_scan(g, query, k, &all_keys());
                         return Ok(self.rescore(ns, query, k, &keys));
                     }
                 }
                 // A filtered traversal, widened until it finds k hits.
+                self.took(Route::Traversal);
                 let mut keys = loop {
-                    let m = {
-                        let _permit = self.slots.acquire();
-                        g.index
-                            .filtered_search(query, count, pred)
-                            .map_err(|e| usearch_err("filtered search", e))?
-                    };
-                    if m.keys.len() >= k {
-                        break m.keys;
+                    let keys = g.filtered_search(query, count, pred, &self.slots.acquire())?;
+                    if keys.len() >= k {
+                        break keys;
                     }
                     if count >= 16 * breadth.max(k) || count >= g.index.size() {
+                        self.took(Route::Fallback);
                         break self.graph_scan(g, query, k, &all_keys());
                     }
                     count *= 4;
@@ -629,8 +819,9 @@ impl VectorIndex {
     fn graph_scan(&self, g: &Graph, query: &[f32], k: usize, keys: &[u64]) -> Vec<u64> {
         let mut nearest = Nearest::new(self.metric, query, k + RESCORE_MARGIN);
         let mut buf = vec![0f32; self.dims];
+        let p = self.slots.acquire();
         for key in keys {
-            if matches!(g.index.get(*key, &mut buf), Ok(n) if n > 0) {
+            if g.get(*key, &mut buf, &p) {
                 nearest.offer(*key, &buf);
             }
         }
@@ -642,7 +833,8 @@ impl VectorIndex {
         let by_f64 = Scorer::new(self.metric, query);
         let mut scored: Vec<(u64, f64)> = cands
             .iter()
-            .filter_map(|key| self.vector(ns, *key).map(|v| (*key, by_f64.score(&v))))
+            .zip(self.vectors(ns, cands))
+            .filter_map(|(key, v)| v.map(|v| (*key, by_f64.score(&v))))
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(k);
@@ -665,10 +857,22 @@ impl VectorIndex {
     pub fn rebuild(&mut self, ns: &str, keys: &[u64]) -> Result<()> {
         let items: Vec<(u64, Vec<f32>)> = keys
             .iter()
-            .filter_map(|k| self.vector(ns, *k).map(|v| (*k, v)))
+            .zip(self.vectors(ns, keys))
+            .filter_map(|(k, v)| v.map(|v| (*k, v)))
             .collect();
+        self.replace(ns, items)
+    }
+
+    /// Replaces a namespace's partition with exactly `items` (a repair from the rows).
+    pub fn replace(&mut self, ns: &str, items: Vec<(u64, Vec<f32>)>) -> Result<()> {
         self.parts.remove(ns);
         self.add(ns, items)
+    }
+
+    /// Namespaces that have a partition.
+    #[must_use]
+    pub fn namespaces(&self) -> Vec<String> {
+        self.parts.keys().cloned().collect()
     }
 
     /// Memory used by the graphs and flat arrays, bytes.
@@ -712,7 +916,7 @@ impl VectorIndex {
             let tmp_str = tmp
                 .to_str()
                 .ok_or_else(|| Error::invalid("store path is not UTF-8"))?;
-            g.index.save(tmp_str).map_err(|e| usearch_err("save", e))?;
+            g.save(tmp_str, &self.slots.acquire())?;
             let crc32 = file_crc32(&tmp)?;
             fs::File::open(&tmp)?.sync_all()?;
             fs::rename(&tmp, dir.join(&file))?;
@@ -765,22 +969,21 @@ impl VectorIndex {
                 self.parts.clear();
                 return None;
             }
-            let Ok(mut g) = self.new_graph(0) else {
-                return None;
+            let loaded = self.new_graph(0).and_then(|mut g| {
+                let path = path
+                    .to_str()
+                    .ok_or_else(|| Error::invalid("path is not UTF-8"))?;
+                g.load(path, gf.removed, &self.slots.acquire())?;
+                Ok(g)
+            });
+            match loaded {
+                Ok(g) => self.parts.insert(gf.namespace.clone(), Partition::Graph(g)),
+                Err(e) => {
+                    log::warn!("vector graph {}: {e}; rebuilding from rows", gf.file);
+                    self.parts.clear();
+                    return None;
+                }
             };
-            g.removed = gf.removed;
-            if g.index.load(path.to_str()?).is_err() {
-                self.parts.clear();
-                return None;
-            }
-            let cap = g.index.size().max(64);
-            if g.index
-                .reserve_capacity_and_threads(cap, THREAD_SLOTS)
-                .is_err()
-            {
-                return None;
-            }
-            self.parts.insert(gf.namespace.clone(), Partition::Graph(g));
         }
         Some(manifest.seq)
     }

@@ -8,7 +8,7 @@ use pyo3::types::{PyDict, PyList};
 
 use super::convert;
 use super::errors::{raise, run};
-use crate::engine::{Engine, Options};
+use crate::engine::{Engine, FaultPoint, Options};
 use crate::types::{Metric, Micros, Tier};
 
 /// The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL.
@@ -63,7 +63,14 @@ impl PyEngine {
             })
             .transpose()?;
         let engine = run(py, || {
-            Engine::open(path.as_deref(), &Options { dims, metric })
+            Engine::open(
+                path.as_deref(),
+                &Options {
+                    dims,
+                    metric,
+                    ..Options::default()
+                },
+            )
         })?;
         Ok(Self { engine })
     }
@@ -88,6 +95,26 @@ impl PyEngine {
 
     fn ping(&self, py: Python<'_>) -> PyResult<()> {
         run(py, || self.engine.ping())
+    }
+
+    /// For tests: the next `times` passes through a failpoint fail as a broken disk would.
+    fn inject_fault(&self, py: Python<'_>, point: &str, times: u32) -> PyResult<()> {
+        let point = match point {
+            "vector_apply" => FaultPoint::VectorApply,
+            "keyword_apply" => FaultPoint::KeywordApply,
+            "repair" => FaultPoint::Repair,
+            "write" => FaultPoint::Write,
+            other => {
+                return Err(raise(
+                    py,
+                    "InvalidArgumentError",
+                    format!(
+                        "unknown failpoint {other:?} (vector_apply, keyword_apply, repair, write)"
+                    ),
+                ))
+            }
+        };
+        run(py, || self.engine.inject_fault(point, times))
     }
 
     fn upsert_many(&self, py: Python<'_>, rows: Vec<Bound<'_, PyDict>>) -> PyResult<Vec<bool>> {
@@ -369,6 +396,11 @@ impl PyEngine {
         d.set_item("vector_flat_partitions", s.vector_flat_partitions)?;
         d.set_item("vector_memory_bytes", s.vector_memory_bytes)?;
         d.set_item("vector_index_entries", s.vector_index_entries)?;
+        let routes = PyDict::new(py);
+        for (route, n) in s.vector_routes {
+            routes.set_item(route.as_str(), n)?;
+        }
+        d.set_item("vector_routes", routes)?;
         d.set_item("keyword_docs", s.keyword_docs)?;
         d.set_item("keyword_segments", s.keyword_segments)?;
         d.set_item("bytes_on_disk", s.bytes_on_disk)?;

@@ -7,56 +7,10 @@
 
 //! Core tests: the engine without Python.
 
-use memini::{Engine, FilterSpec, Memory, MemoryPatch, Metric, NewMemory, Options, Tier};
+mod common;
 
-fn now() -> i64 {
-    memini::types::now_micros()
-}
-
-fn mem(id: &str, ns: &str, content: &str, vector: Option<Vec<f32>>) -> NewMemory {
-    NewMemory {
-        memory: Memory {
-            id: id.into(),
-            namespace: ns.into(),
-            content: content.into(),
-            tier: Tier::Semantic,
-            level: None,
-            summary: String::new(),
-            metadata: "{}".into(),
-            tags: vec!["t".into()],
-            importance: 0.5,
-            created_at: 0,
-            updated_at: 0,
-            last_accessed_at: 0,
-            access_count: 0,
-            expires_at: None,
-            superseded_by: None,
-            valid_from: None,
-            valid_to: None,
-            confidence: None,
-            linked_memory_ids: vec![],
-            fingerprint: String::new(),
-        },
-        has_created_at: false,
-        has_updated_at: false,
-        has_last_accessed_at: false,
-        embedding: vector,
-    }
-}
-
-fn live() -> FilterSpec {
-    FilterSpec {
-        now: now(),
-        ..FilterSpec::default()
-    }
-}
-
-fn opts(dims: usize) -> Options {
-    Options {
-        dims: Some(dims),
-        metric: Some(Metric::L2),
-    }
-}
+use common::{live, mem, now, opts};
+use memini::{Engine, FilterSpec, MemoryPatch, Options, Tier};
 
 #[test]
 fn upsert_get_update_delete() {

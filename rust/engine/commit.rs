@@ -1,0 +1,284 @@
+//! The group commit: writers queue operations; one leader runs a group of them in one
+//! transaction, commits once, applies the group's effects to the derived state and then
+//! acknowledges each writer with its own outcome (see the module docs of `engine`).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::tx::Tx;
+use super::{Engine, FaultPoint, Inner, State};
+use crate::error::{Error, Result};
+use crate::keyword::{Doc, FOLD_DOCS};
+use crate::rows::Col;
+
+/// Checkpoint the derived indexes after this many changes, so a crash costs a short replay.
+const CHECKPOINT_EVERY: u64 = 50_000;
+
+/// What a committed group changes in the derived state, in commit order.
+#[derive(Default)]
+pub(super) struct Effects {
+    pub(super) rows: Vec<(u64, Option<Col>)>,
+    pub(super) vec_remove: Vec<(String, u64)>,
+    pub(super) vec_add: Vec<(String, u64, Vec<f32>)>,
+    pub(super) docs: Vec<DocChange>,
+}
+
+/// A keyword document change: the row, its new document (None = delete) and the sequence.
+pub(super) struct DocChange {
+    pub(super) rid: u64,
+    pub(super) doc: Option<Doc>,
+    pub(super) seq: u64,
+}
+
+/// The result of one queued write (its concrete type is known to the caller of `submit`).
+type Out = Box<dyn std::any::Any + Send>;
+
+type Op = Box<dyn FnOnce(&mut Tx<'_>) -> Result<Out> + Send>;
+
+/// A queued operation and the slot its writer waits on.
+type Job = (Op, Arc<Slot>);
+
+#[derive(Default)]
+struct Slot {
+    result: Mutex<Option<Result<Out>>>,
+    cv: Condvar,
+}
+
+impl Slot {
+    fn put(&self, r: Result<Out>) {
+        *self.result.lock() = Some(r);
+        self.cv.notify_all();
+    }
+    fn wait(&self) -> Result<Out> {
+        let mut g = self.result.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            self.cv.wait(&mut g);
+        }
+    }
+}
+
+/// The write queue: jobs waiting for the next group, and whether a leader is running groups.
+#[derive(Default)]
+pub(super) struct Queue {
+    jobs: Vec<Job>,
+    leader: bool,
+}
+
+impl Engine {
+    /// Queues a write and waits for its durable result (see the module docs).
+    pub(super) fn submit<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let op: Op = Box::new(move |tx: &mut Tx<'_>| op(tx).map(|v| Box::new(v) as Out));
+        self.submit_op(op)?
+            .downcast::<T>()
+            .map(|b| *b)
+            .map_err(|_| Error::storage("write queue", "result of an unexpected type"))
+    }
+
+    fn submit_op(&self, op: Op) -> Result<Out> {
+        let inner = self.inner()?;
+        let slot = Arc::new(Slot::default());
+        let mut q = inner.queue.lock();
+        q.jobs.push((op, slot.clone()));
+        if !q.leader {
+            q.leader = true;
+            loop {
+                let jobs = std::mem::take(&mut q.jobs);
+                if jobs.is_empty() {
+                    q.leader = false;
+                    break;
+                }
+                drop(q);
+                let unrun = inner.run_group(jobs);
+                q = inner.queue.lock();
+                // jobs a failed group never ran go first into the next one
+                q.jobs.splice(0..0, unrun);
+            }
+        }
+        drop(q);
+        slot.wait()
+    }
+}
+
+impl Inner {
+    /// Runs one commit group. Returns the jobs it did not run: those queued behind one that
+    /// failed in the storage layer, which get their own outcome in the next group.
+    fn run_group(&self, jobs: Vec<Job>) -> Vec<Job> {
+        let rows = self.rows.read();
+        let mut counters = self.counters.lock();
+        let saved = *counters;
+        let batch = match rows.begin() {
+            Ok(b) => b,
+            Err(e) => {
+                let msg = e.to_string();
+                for (_, slot) in jobs {
+                    slot.put(Err(Error::Storage(msg.clone())));
+                }
+                return Vec::new();
+            }
+        };
+        let mut effects = Effects::default();
+        let mut results = Vec::with_capacity(jobs.len());
+        let mut failed: Option<String> = None;
+        let mut jobs = jobs.into_iter();
+        {
+            let st = self.state.read();
+            for (op, slot) in jobs.by_ref() {
+                let mut tx = Tx {
+                    batch: &batch,
+                    counters: &mut counters,
+                    effects: &mut effects,
+                    cols: &st.cols,
+                    faults: &self.faults,
+                };
+                let r = op(&mut tx);
+                if let Err(Error::Storage(m) | Error::Corruption(m)) = &r {
+                    failed = Some(m.clone());
+                }
+                results.push((r, slot));
+                if failed.is_some() {
+                    break;
+                }
+            }
+        }
+        let unrun: Vec<Job> = jobs.collect();
+        let mut st = self.state.write();
+        // what the indexes will need is checked while the group can still be refused
+        let commit = match failed {
+            Some(m) => Err(Error::Storage(m)),
+            None => prepare(&st, &effects).and_then(|()| batch.set_meta("counters", &*counters)),
+        };
+        match commit.and_then(|()| batch.commit()) {
+            Ok(()) => {
+                let applied = self.apply(&mut st, &rows, effects, counters.seq);
+                let due = counters.seq.saturating_sub(st.vector_seq) >= CHECKPOINT_EVERY;
+                drop(st);
+                drop(counters);
+                for (r, slot) in results {
+                    slot.put(match (&applied, r) {
+                        (Err(e), Ok(_)) => Err(Error::Storage(e.clone())),
+                        (_, r) => r,
+                    });
+                }
+                if due {
+                    if let Err(e) = self.checkpoint_locked(&rows, true) {
+                        log::error!("index checkpoint failed: {e}");
+                    }
+                }
+            }
+            Err(e) => {
+                *counters = saved;
+                drop(st);
+                let msg = e.to_string();
+                for (r, slot) in results {
+                    slot.put(match r {
+                        Err(
+                            err @ (Error::NotFound(_)
+                            | Error::Conflict(_)
+                            | Error::InvalidArgument(_)
+                            | Error::DimensionMismatch(_)),
+                        ) => Err(err),
+                        _ => Err(Error::Storage(format!(
+                            "write failed, nothing from it was stored: {msg}"
+                        ))),
+                    });
+                }
+            }
+        }
+        unrun
+    }
+
+    /// Merges a committed group's effects into the derived state. An index that fails to
+    /// take them is rebuilt from the rows (see `recovery`); the error returned, when even
+    /// that fails, is what the group's writers are told.
+    fn apply(
+        &self,
+        st: &mut State,
+        rows: &crate::rows::RowStore,
+        effects: Effects,
+        seq: u64,
+    ) -> std::result::Result<(), String> {
+        for (rid, col) in effects.rows {
+            match col {
+                Some(c) => st.cols.put(rid, c),
+                None => st.cols.remove(rid),
+            };
+        }
+        let namespaces: BTreeSet<String> = effects
+            .vec_remove
+            .iter()
+            .map(|(ns, _)| ns.clone())
+            .chain(effects.vec_add.iter().map(|(ns, _, _)| ns.clone()))
+            .collect();
+        let vectors = self
+            .faults
+            .check(FaultPoint::VectorApply)
+            .and_then(|()| apply_vectors(st, &effects.vec_remove, effects.vec_add));
+        if let Err(e) = vectors {
+            st.vector_damage
+                .get_or_insert_with(Default::default)
+                .add(&e, namespaces);
+        }
+        let rids: BTreeSet<u64> = effects.docs.iter().map(|d| d.rid).collect();
+        let keyword = self
+            .faults
+            .check(FaultPoint::KeywordApply)
+            .and_then(|()| apply_docs(st, effects.docs, seq));
+        if let Err(e) = keyword {
+            st.keyword_damage
+                .get_or_insert_with(Default::default)
+                .add(&e, rids);
+        }
+        self.repair(st, rows, seq)
+    }
+}
+
+/// Room in the vector graphs for the group's inserts (a failed reservation refuses the
+/// group before its commit, like any other invalid write).
+fn prepare(st: &State, effects: &Effects) -> Result<()> {
+    let mut adds: BTreeMap<&str, usize> = BTreeMap::new();
+    for (ns, _, _) in &effects.vec_add {
+        *adds.entry(ns.as_str()).or_default() += 1;
+    }
+    adds.into_iter()
+        .try_for_each(|(ns, n)| st.vectors.reserve(ns, n))
+}
+
+fn apply_vectors(
+    st: &mut State,
+    vec_remove: &[(String, u64)],
+    vec_add: Vec<(String, u64, Vec<f32>)>,
+) -> Result<()> {
+    let removed: HashSet<u64> = vec_remove.iter().map(|(_, k)| *k).collect();
+    for (ns, k) in vec_remove {
+        st.vectors.remove(ns, *k)?;
+    }
+    let mut adds: BTreeMap<String, Vec<(u64, Vec<f32>)>> = BTreeMap::new();
+    for (ns, k, v) in vec_add {
+        if !removed.contains(&k) {
+            adds.entry(ns).or_default().push((k, v));
+        }
+    }
+    adds.into_iter()
+        .try_for_each(|(ns, items)| st.vectors.add(&ns, items))
+}
+
+fn apply_docs(st: &State, docs: Vec<DocChange>, seq: u64) -> Result<()> {
+    // a bulk group goes straight into tantivy with one commit; small ones through the delta
+    let bulk = docs.len() >= FOLD_DOCS;
+    for change in docs {
+        st.keyword.put(change.rid, change.doc, change.seq, !bulk)?;
+    }
+    st.keyword.advance(seq);
+    if bulk {
+        st.keyword.commit()?;
+    }
+    Ok(())
+}

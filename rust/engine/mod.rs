@@ -1,0 +1,214 @@
+//! The engine: ties the row store, the filter columns and both indexes together.
+//!
+//! One file per job: [`open`] (open, close, the directory lock), [`commit`] (the group
+//! commit and applying its effects), [`tx`] (the rules of a write inside a group), [`writes`]
+//! and [`reads`] (the public operations), [`search`] (search planning), [`checkpoint`]
+//! (checkpoints, backup, compaction) and [`recovery`] (bringing the derived indexes up to the
+//! rows on open, and repairing them after a failed update).
+//!
+//! What must stay true:
+//! - `gate` guards the open store. Every call holds it shared for its whole duration;
+//!   `close` takes it exclusively, so it waits for in-flight calls and nothing runs after it.
+//! - Writes go through one queue (group commit). The first writer to find no leader becomes
+//!   the leader: it takes every queued operation, runs each against the open write transaction
+//!   (which already holds the group's earlier operations), checks what the derived indexes
+//!   need (room in the graphs), commits once (fsync), then applies the group's effects to the
+//!   columns and both indexes in commit order, and only then acknowledges every writer. An
+//!   operation validates before it writes anything, so a rejected one (`ConflictError`,
+//!   `NotFoundError`) leaves no trace and fails alone.
+//! - No acknowledged write is invisible to search: when applying to an index fails after the
+//!   commit, the leader rebuilds that index from the rows before acknowledging; if that fails
+//!   too, the writers get the error and the index is marked damaged, refusing searches until a
+//!   later repair (the next write group, or a reopen) succeeds.
+//! - The commit and the apply happen under the exclusive `state` lock; readers hold it shared
+//!   while they plan, search and read payloads, so a reader sees a row store snapshot that
+//!   matches the columns exactly (read-your-writes, and no row vanishes mid-search).
+//!
+//! Lock order: `gate` -> `rows` -> `counters` -> `state`. `rows` is taken exclusively only by
+//! `compact`; `queue` is never held while any of the others is taken.
+
+mod checkpoint;
+mod commit;
+mod open;
+mod reads;
+mod recovery;
+mod search;
+mod tx;
+mod writes;
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use serde::{Deserialize, Serialize};
+
+use crate::columns::Columns;
+use crate::error::{Error, Result};
+use crate::keyword::KeywordIndex;
+use crate::rows::RowStore;
+use crate::types::Metric;
+use crate::vector::{Tuning, VectorIndex};
+
+pub use reads::Stats;
+
+/// Settings of [`Engine::open`].
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Vector dimensions (required for a new store).
+    pub dims: Option<usize>,
+    /// Metric (default l2 for a new store).
+    pub metric: Option<Metric>,
+    /// Search-plan thresholds; tests lower them to reach every plan with few rows.
+    pub tuning: Tuning,
+}
+
+/// Counters persisted in the row store's meta table.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+struct Counters {
+    next_rid: u64,
+    seq: u64,
+    next_vkey: u64,
+}
+
+/// Derived, in-memory state; changed only by the commit leader under the exclusive lock.
+struct State {
+    cols: Columns,
+    vectors: VectorIndex,
+    keyword: KeywordIndex,
+    /// Changelog sequence of the last vector checkpoint.
+    vector_seq: u64,
+    /// Namespaces whose vectors are out of step with the rows (searches fail meanwhile).
+    vector_damage: Option<Damage<String>>,
+    /// Rows whose keyword documents are out of step with the rows (searches fail meanwhile).
+    keyword_damage: Option<Damage<u64>>,
+}
+
+/// What a failed index update left to repair, and why.
+#[derive(Default)]
+struct Damage<T> {
+    why: String,
+    keys: std::collections::BTreeSet<T>,
+}
+
+impl<T: Ord> Damage<T> {
+    fn add(&mut self, e: &Error, keys: impl IntoIterator<Item = T>) {
+        log::warn!("index update failed ({e}); rebuilding it from the rows");
+        self.why = e.to_string();
+        self.keys.extend(keys);
+    }
+}
+
+impl State {
+    fn vectors(&self) -> Result<&VectorIndex> {
+        match &self.vector_damage {
+            None => Ok(&self.vectors),
+            Some(d) => Err(damaged("vector", &d.why)),
+        }
+    }
+
+    fn keyword(&self) -> Result<&KeywordIndex> {
+        match &self.keyword_damage {
+            None => Ok(&self.keyword),
+            Some(d) => Err(damaged("keyword", &d.why)),
+        }
+    }
+}
+
+fn damaged(index: &str, why: &str) -> Error {
+    Error::Storage(format!(
+        "the {index} index is out of step with the stored rows after a failed update ({why}); \
+         every write is stored, and the next write or a reopen of the store rebuilds it"
+    ))
+}
+
+/// Places where a test can make the engine fail as a full disk or a failed allocation would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// Applying a committed group's changes to the vector index.
+    VectorApply,
+    /// Applying a committed group's changes to the keyword index.
+    KeywordApply,
+    /// Rebuilding an index from the rows after a failed apply.
+    Repair,
+    /// Writing a row inside a group's transaction (as a failing disk would).
+    Write,
+}
+
+/// Armed failpoints: how many more passes through each point fail.
+#[derive(Default)]
+struct Faults([AtomicU32; 4]);
+
+impl Faults {
+    fn arm(&self, point: FaultPoint, times: u32) {
+        self.0[point as usize].store(times, Ordering::SeqCst);
+    }
+
+    /// Fails (once per armed pass) at `point`.
+    fn check(&self, point: FaultPoint) -> Result<()> {
+        let hit = self.0[point as usize]
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if hit {
+            Err(Error::Storage(format!("injected fault at {point:?}")))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// An open store.
+struct Inner {
+    dir: Option<PathBuf>,
+    _lock: Option<File>,
+    dims: usize,
+    metric: Metric,
+    rows: RwLock<RowStore>,
+    state: RwLock<State>,
+    queue: Mutex<commit::Queue>,
+    counters: Mutex<Counters>,
+    faults: Faults,
+}
+
+/// The memory store core. Thread-safe; every method takes `&self`.
+pub struct Engine {
+    gate: RwLock<Option<Inner>>,
+    pid: u32,
+}
+
+impl Engine {
+    fn inner(&self) -> Result<parking_lot::MappedRwLockReadGuard<'_, Inner>> {
+        if std::process::id() != self.pid {
+            return Err(Error::Closed);
+        }
+        RwLockReadGuard::try_map(self.gate.read(), Option::as_ref).map_err(|_| Error::Closed)
+    }
+
+    /// Vector dimensions.
+    pub fn dims(&self) -> Result<usize> {
+        Ok(self.inner()?.dims)
+    }
+
+    /// Metric.
+    pub fn metric(&self) -> Result<Metric> {
+        Ok(self.inner()?.metric)
+    }
+
+    /// Sets the HNSW search breadth (candidates per graph search; recall vs speed).
+    pub fn set_search_breadth(&self, breadth: usize) -> Result<()> {
+        let inner = self.inner()?;
+        inner.state.read().vectors.set_breadth(breadth);
+        Ok(())
+    }
+
+    /// Fails when closed.
+    pub fn ping(&self) -> Result<()> {
+        self.inner().map(|_| ())
+    }
+
+    /// For tests: the next `times` passes through `point` fail with a storage error.
+    pub fn inject_fault(&self, point: FaultPoint, times: u32) -> Result<()> {
+        self.inner()?.faults.arm(point, times);
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+//! Opening and closing a store: the directory and its lock, the stored settings, loading
+//! the columns and bringing both derived indexes up to the rows.
+
+use std::fs::{self, File};
+use std::path::Path;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::commit::Queue;
+use super::recovery::{open_keyword, open_vectors};
+use super::{Counters, Engine, Faults, Inner, Options, State};
+use crate::columns::Columns;
+use crate::error::{Error, Result};
+use crate::rows::RowStore;
+use crate::types::Metric;
+
+/// Checks the store directory before anything is written: it must be a directory (created
+/// when missing), and a new store needs `dims`. Returns whether the directory was created.
+fn prepare_dir(d: &Path, options: &Options) -> Result<bool> {
+    if d.as_os_str().is_empty() {
+        return Err(Error::invalid(
+            "store path is empty (give a directory, or None for an in-memory store)",
+        ));
+    }
+    if d.exists() && !d.is_dir() {
+        return Err(Error::invalid(format!(
+            "store path {} exists and is not a directory (a store is a directory; choose another path)",
+            d.display()
+        )));
+    }
+    if options.dims.is_none() && !d.join("rows.redb").exists() {
+        return Err(Error::invalid(
+            "dims is required to create a new store (e.g. Store.open(path, dims=384))",
+        ));
+    }
+    let created = !d.exists();
+    fs::create_dir_all(d)?;
+    Ok(created)
+}
+
+fn take_lock(dir: &Path) -> Result<File> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))?;
+    // flock (not fcntl): a second open in the same process conflicts too; dies with the process.
+    if file.try_lock().is_err() {
+        return Err(Error::Locked(format!(
+            "store directory {} is in use by another open Store (this process or another); \
+             close that Store first, or route work through the process that owns it",
+            dir.display()
+        )));
+    }
+    Ok(file)
+}
+
+impl Engine {
+    /// Opens (or creates) a store. `dir = None` is an in-memory store.
+    pub fn open(dir: Option<&Path>, options: &Options) -> Result<Self> {
+        if options.dims == Some(0) {
+            return Err(Error::invalid("dims must be >= 1"));
+        }
+        let created = match dir {
+            Some(d) => prepare_dir(d, options)?,
+            None => false,
+        };
+        let opened = Self::open_in(dir, options);
+        if let (Err(_), Some(d), true) = (&opened, dir, created) {
+            // a store that failed to come into being leaves nothing behind
+            let _ = fs::remove_dir_all(d);
+        }
+        opened
+    }
+
+    fn open_in(dir: Option<&Path>, options: &Options) -> Result<Self> {
+        let lock = dir.map(take_lock).transpose()?;
+        let rows = RowStore::open(dir.map(|d| d.join("rows.redb")).as_deref())?;
+        let snap = rows.snapshot()?;
+        let stored_dims: Option<u64> = snap.meta("dims")?;
+        let stored_metric: Option<String> = snap.meta("metric")?;
+        let (dims, metric) = match (stored_dims, stored_metric) {
+            (Some(d), Some(m)) => {
+                let d = usize::try_from(d)
+                    .map_err(|_| Error::Corruption("stored dims out of range".into()))?;
+                let m = Metric::parse(&m)?;
+                if options.dims.is_some_and(|x| x != d) || options.metric.is_some_and(|x| x != m) {
+                    return Err(Error::DimensionMismatch(format!(
+                        "store was created with dims={d}, metric={}; opened with dims={}, metric={} \
+                         (pass dims=None and metric=None to use the stored values, or use a new directory)",
+                        m.as_str(),
+                        options.dims.map_or("None".into(), |x| x.to_string()),
+                        options.metric.map_or("None", Metric::as_str),
+                    )));
+                }
+                (d, m)
+            }
+            _ => {
+                let d = options.dims.ok_or_else(|| {
+                    Error::invalid(
+                        "dims is required to create a new store (e.g. Store.open(path, dims=384))",
+                    )
+                })?;
+                let m = options.metric.unwrap_or(Metric::L2);
+                let b = rows.begin()?;
+                b.set_meta("dims", &(d as u64))?;
+                b.set_meta("metric", &m.as_str().to_owned())?;
+                b.commit()?;
+                (d, m)
+            }
+        };
+        let snap = rows.snapshot()?;
+        let counters: Counters = snap.meta("counters")?.unwrap_or_default();
+        let cols = Columns::load(snap.cols()?);
+        log::info!(
+            "loaded {} rows in {} namespaces",
+            cols.rows.len(),
+            cols.namespaces.len()
+        );
+        let vectors = open_vectors(
+            dir,
+            (dims, metric, options.tuning),
+            &snap,
+            &cols,
+            counters.seq,
+        )?;
+        let keyword = open_keyword(dir, &snap, &cols, counters.seq)?;
+        drop(snap);
+        let state = State {
+            cols,
+            vectors: vectors.0,
+            keyword,
+            vector_seq: vectors.1,
+            vector_damage: None,
+            keyword_damage: None,
+        };
+        Ok(Self {
+            gate: RwLock::new(Some(Inner {
+                dir: dir.map(Path::to_path_buf),
+                _lock: lock,
+                dims,
+                metric,
+                rows: RwLock::new(rows),
+                state: RwLock::new(state),
+                queue: Mutex::new(Queue::default()),
+                counters: Mutex::new(counters),
+                faults: Faults::default(),
+            })),
+            pid: std::process::id(),
+        })
+    }
+
+    /// Checkpoints the indexes and closes; waits for in-flight calls. Idempotent. In a forked
+    /// child it does nothing (the parent owns the store and its lock).
+    pub fn close(&self) -> Result<()> {
+        if std::process::id() != self.pid {
+            return Ok(());
+        }
+        let inner = self.gate.write().take();
+        match inner {
+            Some(inner) => inner.checkpoint(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // a forked child must not touch the parent's files or lock
+            if let Some(inner) = self.gate.get_mut().take() {
+                std::mem::forget(inner);
+            }
+            return;
+        }
+        if let Err(e) = self.close() {
+            log::error!("closing the store: {e}");
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Search planning: which plan a vector search runs for its filter (every row passes, an
+//! exact scan of the passing keys, or the graph with the predicate), and the keyword search
+//! with the filter inside tantivy's top-k loop.
+
+use rayon::prelude::*;
+
+use super::reads::{matching_map, materialize};
+use super::tx::validate_vector;
+use super::{Engine, State};
+use crate::columns::Namespace;
+use crate::error::{Error, Result};
+use crate::filter::Predicate;
+use crate::pool::pool;
+use crate::types::{FilterSpec, Scored};
+use crate::vector::Plan;
+
+impl Engine {
+    pub fn vector_search(
+        &self,
+        ns: &str,
+        query: &[f32],
+        spec: &FilterSpec,
+        k: usize,
+    ) -> Result<Vec<Scored>> {
+        Ok(self.vector_search_many(ns, &[query], spec, k)?.remove(0))
+    }
+
+    /// Vector search of several queries, spread over threads.
+    pub fn vector_search_many(
+        &self,
+        ns: &str,
+        queries: &[&[f32]],
+        spec: &FilterSpec,
+        k: usize,
+    ) -> Result<Vec<Vec<Scored>>> {
+        if k < 1 {
+            return Err(Error::invalid("k must be >= 1"));
+        }
+        self.read(|inner, st, snap| {
+            for q in queries {
+                validate_vector(q, inner.dims)?;
+            }
+            let vectors = st.vectors()?;
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Ok(vec![Vec::new(); queries.len()]);
+            };
+            let pred = Predicate::new(spec, n);
+            let k = k.min(n.vectors); // never allocate for more hits than rows
+            let pred_fn = |vkey: u64| -> bool {
+                st.cols
+                    .by_vkey
+                    .get(&vkey)
+                    .is_some_and(|rid| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)))
+            };
+            let all_keys = || matching_map(st, n, &pred, |_, c| c.vkey);
+            let plan = if pred.is_trivial() {
+                Plan::All
+            } else if pred.candidate_count() <= vectors.tuning().exact_max {
+                Plan::Keys(all_keys())
+            } else {
+                Plan::Predicate {
+                    pred: &pred_fn,
+                    all_keys: &all_keys,
+                    selectivity: selectivity(st, n, &pred),
+                }
+            };
+            let run = |q: &&[f32]| -> Result<Vec<Scored>> {
+                let hits = vectors.search(ns, q, k, &plan)?;
+                let rids: Vec<u64> = hits
+                    .iter()
+                    .filter_map(|(vk, _)| st.cols.by_vkey.get(vk).copied())
+                    .collect();
+                let mems = materialize(st, snap, &rids)?;
+                Ok(mems
+                    .into_iter()
+                    .zip(hits)
+                    .map(|(memory, (_, score))| Scored { memory, score })
+                    .collect())
+            };
+            if queries.len() > 1 {
+                pool()?.install(|| queries.par_iter().map(run).collect())
+            } else {
+                queries.iter().map(run).collect()
+            }
+        })
+    }
+
+    /// Keyword (BM25) search: best `k` rows of `ns` passing the filter.
+    pub fn keyword_search(
+        &self,
+        ns: &str,
+        query: &str,
+        spec: &FilterSpec,
+        k: usize,
+    ) -> Result<Vec<Scored>> {
+        if k < 1 {
+            return Err(Error::invalid("k must be >= 1"));
+        }
+        self.read(|_, st, snap| {
+            let keyword = st.keyword()?;
+            let Some(n) = st.cols.namespaces.get(ns) else {
+                return Ok(Vec::new());
+            };
+            let pred = Predicate::new(spec, n);
+            let k = k.min(n.ids.len()); // never allocate for more hits than rows
+
+            // a namespace holding every row needs no per-document namespace check
+            let sole = n.ids.len() == st.cols.rows.len();
+            let accept = |rid: u64, ver: u64| {
+                st.cols.rows.get(&rid).is_some_and(|c| {
+                    c.version == ver && (sole || c.namespace == ns) && pred.matches(rid, c)
+                })
+            };
+            let dominant = 2 * n.ids.len() >= st.cols.rows.len();
+            // tags passing under a tenth of the namespace: let tantivy intersect their postings
+            let tags = if pred.tags().is_empty() || 10 * pred.candidate_count() >= n.ids.len() {
+                &[][..]
+            } else {
+                pred.tags()
+            };
+            let hits = keyword.search(ns, query, k, dominant, tags, &accept)?;
+            let rids: Vec<u64> = hits.iter().map(|h| h.0).collect();
+            let mems = materialize(st, snap, &rids)?;
+            Ok(mems
+                .into_iter()
+                .zip(hits)
+                .map(|(memory, (_, score))| Scored { memory, score })
+                .collect())
+        })
+    }
+}
+
+/// Estimated share of the namespace's rows passing `pred`: from the posting list when the
+/// filter has one, else from a sample of rows spread over the namespace.
+fn selectivity(st: &State, n: &Namespace, pred: &Predicate<'_>) -> f64 {
+    const SAMPLE: usize = 256;
+    let total = n.ids.len().max(1);
+    let bound = pred.candidate_count();
+    #[allow(clippy::cast_precision_loss, reason = "a ratio of row counts")]
+    let posting = bound as f64 / total as f64;
+    if bound < total {
+        return posting;
+    }
+    // no posting list: test the first rows (cheap; id order is unrelated to most filters)
+    let (mut seen, mut passed) = (0usize, 0usize);
+    for rid in n.ids.values().take(SAMPLE) {
+        seen += 1;
+        passed += usize::from(st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)));
+    }
+    #[allow(clippy::cast_precision_loss, reason = "a ratio of row counts")]
+    let sampled = (passed as f64 + 0.5) / (seen as f64 + 1.0);
+    sampled
+}

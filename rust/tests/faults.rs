@@ -1,0 +1,135 @@
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+//! Failures after the commit: an index that fails to take a committed group is repaired from
+//! the rows before anyone is acknowledged, or the writers are told and searches of it fail
+//! until a repair. Failures inside a group give each writer its own outcome.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{live, mem, opts, vector};
+use memini::{Engine, Error, FaultPoint};
+
+fn open(dir: &std::path::Path) -> Engine {
+    Engine::open(Some(dir), &opts(8)).unwrap()
+}
+
+fn vector_ids(e: &Engine, q: &[f32], k: usize) -> Vec<String> {
+    e.vector_search("n", q, &live(), k)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.memory.id)
+        .collect()
+}
+
+fn keyword_ids(e: &Engine, q: &str) -> Vec<String> {
+    e.keyword_search("n", q, &live(), 50)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.memory.id)
+        .collect()
+}
+
+#[test]
+fn a_failed_index_update_is_repaired_before_the_write_returns() {
+    for point in [FaultPoint::VectorApply, FaultPoint::KeywordApply] {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        e.upsert_many(vec![mem("a", "n", "apple pie", Some(vector(1, 8)))])
+            .unwrap();
+        e.inject_fault(point, 1).unwrap();
+        e.upsert_many(vec![mem("b", "n", "banana bread", Some(vector(2, 8)))])
+            .unwrap();
+        assert_eq!(vector_ids(&e, &vector(2, 8), 1), ["b"], "{point:?}");
+        assert_eq!(keyword_ids(&e, "banana"), ["b"], "{point:?}");
+        assert_eq!(keyword_ids(&e, "apple"), ["a"], "{point:?}");
+    }
+}
+
+#[test]
+fn an_unrepaired_index_refuses_searches_until_the_next_write_repairs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = open(dir.path());
+    e.upsert_many(vec![mem("a", "n", "apple pie", Some(vector(1, 8)))])
+        .unwrap();
+    e.inject_fault(FaultPoint::VectorApply, 1).unwrap();
+    e.inject_fault(FaultPoint::Repair, 1).unwrap();
+    let err = e
+        .upsert_many(vec![mem("b", "n", "banana bread", Some(vector(2, 8)))])
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Storage(m) if m.contains("write is stored")),
+        "{err}"
+    );
+    // the row is stored; the keyword index is in step; the vector index says it is not
+    assert_eq!(e.get("n", "b").unwrap().content, "banana bread");
+    assert_eq!(keyword_ids(&e, "banana"), ["b"]);
+    let err = e.vector_search("n", &vector(2, 8), &live(), 1).unwrap_err();
+    assert!(
+        matches!(&err, Error::Storage(m) if m.contains("out of step")),
+        "{err}"
+    );
+    // the next write repairs it
+    e.upsert_many(vec![mem("c", "n", "cherry", Some(vector(3, 8)))])
+        .unwrap();
+    assert_eq!(vector_ids(&e, &vector(2, 8), 1), ["b"]);
+    assert_eq!(vector_ids(&e, &vector(3, 8), 1), ["c"]);
+}
+
+#[test]
+fn a_store_closed_while_damaged_reopens_in_step() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = open(dir.path());
+        let rows = (0..300)
+            .map(|i| mem(&format!("r{i}"), "n", "row", Some(vector(i, 8))))
+            .collect();
+        e.upsert_many(rows).unwrap();
+        e.close().unwrap();
+    }
+    {
+        let e = Engine::open(Some(dir.path()), &memini::Options::default()).unwrap();
+        e.inject_fault(FaultPoint::VectorApply, 1).unwrap();
+        e.inject_fault(FaultPoint::KeywordApply, 1).unwrap();
+        e.inject_fault(FaultPoint::Repair, 1).unwrap();
+        assert!(e.delete("n", "r7").is_err());
+        e.close().unwrap();
+    }
+    let e = Engine::open(Some(dir.path()), &memini::Options::default()).unwrap();
+    assert!(e.get("n", "r7").is_err());
+    assert!(!vector_ids(&e, &vector(7, 8), 300).contains(&"r7".to_owned()));
+    assert_eq!(vector_ids(&e, &vector(8, 8), 1), ["r8"]);
+    assert_eq!(keyword_ids(&e, "row").len(), 50);
+}
+
+#[test]
+fn writers_queued_behind_a_failed_write_get_their_own_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Arc::new(open(dir.path()));
+    e.inject_fault(FaultPoint::Write, 3).unwrap();
+    let outcomes: Vec<(String, Result<Vec<bool>, Error>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let e = Arc::clone(&e);
+                s.spawn(move || {
+                    let id = format!("w{i}");
+                    let r = e.upsert_many(vec![mem(&id, "n", "written", Some(vector(i, 8)))]);
+                    (id, r)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let failed = outcomes.iter().filter(|(_, r)| r.is_err()).count();
+    assert!((1..16).contains(&failed), "{failed} of 16 failed");
+    for (id, r) in outcomes {
+        match r {
+            Ok(_) => assert_eq!(e.get("n", &id).unwrap().content, "written"),
+            Err(err) => {
+                assert!(!err.to_string().is_empty());
+                assert!(e.get("n", &id).is_err(), "{id} failed but was stored");
+            }
+        }
+    }
+}
