@@ -381,3 +381,37 @@ def test_full_disk_rlimit_fsize(tmp_path: Path) -> None:
     acked = [int(line.split()[1]) for line in lines if line.startswith("ack")]
     failed = [row(int(line.split()[1])).id for line in errs]
     verify_reopen(path, acked, failed)
+
+
+# --- failures after the commit (the core's test-only failpoints) ---------------------------
+
+
+@pytest.mark.parametrize("point", ["vector_apply", "keyword_apply"])
+def test_a_failed_index_update_is_repaired_before_the_write_returns(
+    tmp_path: Path, point: str
+) -> None:
+    with Store.open(tmp_path / "s", dims=DIMS) as s:
+        s.upsert(Memory(id="a", namespace="n", content="apple pie", embedding=vec(1)))
+        s._engine.inject_fault(point, 1)
+        s.upsert(Memory(id="b", namespace="n", content="banana bread", embedding=vec(2)))
+        assert [h.memory.id for h in s.vector_search("n", vec(2), k=1)] == ["b"]
+        assert [h.memory.id for h in s.keyword_search("n", "banana")] == ["b"]
+
+
+def test_an_index_that_cannot_be_repaired_refuses_searches_until_a_write_repairs_it(
+    tmp_path: Path,
+) -> None:
+    with Store.open(tmp_path / "s", dims=DIMS) as s:
+        s.upsert(Memory(id="a", namespace="n", content="apple pie", embedding=vec(1)))
+        s._engine.inject_fault("vector_apply", 1)
+        s._engine.inject_fault("repair", 1)
+        with pytest.raises(MeminiError, match="write is stored"):
+            s.upsert(Memory(id="b", namespace="n", content="banana bread", embedding=vec(2)))
+        assert s.get("n", "b").content == "banana bread"
+        assert [h.memory.id for h in s.keyword_search("n", "banana")] == ["b"]
+        with pytest.raises(MeminiError, match="out of step"):
+            s.vector_search("n", vec(2), k=1)
+        s.upsert(Memory(id="c", namespace="n", content="cherry", embedding=vec(3)))
+        assert [h.memory.id for h in s.vector_search("n", vec(2), k=1)] == ["b"]
+    with Store.open(tmp_path / "s") as s:
+        assert {h.memory.id for h in s.vector_search("n", vec(2), k=3)} == {"a", "b", "c"}

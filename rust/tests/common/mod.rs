@@ -1,7 +1,10 @@
 //! Helpers shared by the core test binaries.
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
-#![allow(clippy::cast_precision_loss, reason = "24-bit integers made into f32 exactly")]
+#![allow(
+    clippy::cast_precision_loss,
+    reason = "24-bit integers made into f32 exactly"
+)]
 
 use memini::{FilterSpec, Memory, Metric, NewMemory, Options, Tier};
 
