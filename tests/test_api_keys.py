@@ -198,6 +198,43 @@ def test_invalid_key_is_rejected(meta: MetaDB, key: Any) -> None:
     assert meta.list_api_keys() == []
 
 
+@pytest.mark.parametrize(
+    "hash_",
+    [
+        pytest.param("very-secret-value", id="a-secret-by-mistake"),
+        pytest.param(H1[:-1], id="63-digits"),
+        pytest.param(H1 + "0", id="65-digits"),
+        pytest.param(H1[:-1] + "g", id="non-hex-digit"),
+        pytest.param(f" {H1}", id="leading-space"),
+        pytest.param(f"{H1}\n", id="trailing-newline"),
+        pytest.param("\uff10" * 64, id="fullwidth-digits"),
+        pytest.param("sha256:" + H1, id="prefixed"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_hash_must_be_64_hex_digits(meta: MetaDB, hash_: str) -> None:
+    """Anything but a hash is refused before it is written (a secret passed by mistake would
+    be stored in clear); the message names the fix and never echoes the value."""
+    with pytest.raises(InvalidArgumentError, match=r"hash_api_key\(secret\)") as err:
+        meta.put_api_key(APIKey("k", hash_))
+    assert str(err.value).startswith("key.hash must be the 64 hex digits of hash_api_key(secret)")
+    if hash_.strip():
+        assert hash_.strip() not in str(err.value)
+    assert meta.list_api_keys() == []
+
+
+def test_hash_is_stored_lowercase_and_found_in_either_case(meta: MetaDB) -> None:
+    meta.put_api_key(APIKey("k", H1.upper(), created_at=T0))
+    want = APIKey("k", H1, created_at=T0)
+    assert meta.list_api_keys() == [want]
+    assert meta.get_api_key_by_hash(H1) == want
+    assert meta.get_api_key_by_hash(H1.upper()) == want
+    assert meta.authenticate("secret-1") == want
+    with pytest.raises(ConflictError):  # the same hash in the other case is the same hash
+        meta.put_api_key(APIKey("other", H1))
+    assert meta.get_api_key_by_hash("not a hash") is None
+
+
 def test_keys_survive_reopen(tmp_path: Path) -> None:
     db = MetaDB.open(tmp_path)
     db.put_api_key(APIKey("k", H1, home_ns="h", default_ns="d", created_at=T0, disabled=True))

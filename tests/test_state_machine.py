@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from memini import (
     ConflictError,
     Filter,
+    InvalidArgumentError,
     Level,
     Memory,
     NotFoundError,
@@ -310,6 +312,10 @@ class StoreModel(RuleBasedStateMachine):
     @rule(ns=nss, id=ids, by=ids)
     def set_superseded(self, ns: str, id: str, by: str) -> None:
         r = self.row_in(ns, id)
+        if by == id:  # a memory cannot supersede itself: refused before anything is read
+            with pytest.raises(InvalidArgumentError, match="superseded by itself"):
+                self.store.set_superseded(ns, id, by)
+            return
         if r is None:
             try:
                 self.store.set_superseded(ns, id, by)

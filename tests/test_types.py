@@ -165,11 +165,37 @@ def test_enum_member_sets() -> None:
         pytest.param("Straße ÉTÉ", "straße été", id="latin1"),
         pytest.param("日本語 テキスト", "日本語 テキスト", id="uncased-cjk"),
         pytest.param("a\x00B", "a\x00b", id="nul-kept"),
-        pytest.param("x\ud800Y", "x\ud800y", id="lone-surrogate-passes-through"),
     ],
 )
 def test_normalize_content(raw: str, want: str) -> None:
     assert normalize_content(raw) == want
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        pytest.param(
+            "A\ud800B", r"^content contains a lone surrogate '\\ud800' at index 1", id="high"
+        ),
+        pytest.param("x\udfff", "at index 1", id="low-at-end"),
+        pytest.param("\udc80" + " " * 3, "at index 0", id="escaped-byte-first"),
+        pytest.param("😀 ok \ud83d", "at index 5", id="after-a-valid-pair"),
+        pytest.param(b"bytes", "^content must be a str, got a bytes", id="bytes"),
+        pytest.param(None, "^content must be a str", id="none"),
+    ],
+)
+def test_normalize_content_and_fingerprint_refuse_the_same_content(
+    content: Any, match: str
+) -> None:
+    """One rule: content a memory cannot hold (a lone surrogate) is refused by both helpers,
+    exactly as upsert refuses it, never a UnicodeEncodeError or a hash of unstorable text."""
+    with pytest.raises(InvalidArgumentError, match=match):
+        normalize_content(content)
+    with pytest.raises(InvalidArgumentError, match=match):
+        fingerprint(content)
+    if isinstance(content, str):
+        with pytest.raises(InvalidArgumentError, match=match):
+            cv.memory_to_row(full_memory(content=content), DIMS)
 
 
 def _white_space() -> set[str]:
@@ -295,7 +321,7 @@ def test_fingerprint_distinguishes_content_and_is_lower_hex() -> None:
     assert a != b
     assert re.fullmatch("[0-9a-f]{64}", b)
     assert fingerprint("\u0130") == fingerprint("i") != fingerprint("i\u0307")
-    assert fingerprint("x\ud800") == hashlib.sha256(b"x\xed\xa0\x80").hexdigest()
+    assert fingerprint("x\U0001f600") == hashlib.sha256("x\U0001f600".encode()).hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -978,8 +1004,24 @@ def test_queries_to_array_converts(values: object, shape: tuple[int, int]) -> No
     ("values", "exc", "match"),
     [
         pytest.param(
-            np.zeros(DIMS), InvalidArgumentError, "must be 2-D .* use vector_search", id="1d-array"
+            np.zeros(DIMS),
+            InvalidArgumentError,
+            r"^query vectors must be a 2-D array of shape \(n, 4\).*shape \(4,\).*vector_search",
+            id="1d-array",
         ),
+        pytest.param(
+            [1, 2, 3, 4],
+            InvalidArgumentError,
+            r"^query vectors must be a 2-D array of shape \(n, 4\).* flat sequence of 4 numbers",
+            id="flat-list-of-ints",
+        ),
+        pytest.param(
+            (0.5, np.float32(1.0)),
+            InvalidArgumentError,
+            r"2-D array of shape \(n, 4\).*flat sequence of 2 numbers",
+            id="flat-tuple-of-floats",
+        ),
+        pytest.param(1.0, InvalidArgumentError, r"2-D array .*got a float", id="scalar"),
         pytest.param(
             np.zeros((2, 3)), DimensionMismatchError, "has 3 dims, store expects 4", id="3-dims"
         ),
@@ -1001,10 +1043,10 @@ def test_queries_to_array_converts(values: object, shape: tuple[int, int]) -> No
             "row 1, index 1: inf",
             id="inf-in-list",
         ),
-        pytest.param(np.zeros((1, 1, DIMS)), InvalidArgumentError, "must be 2-D", id="3d"),
+        pytest.param(np.zeros((1, 1, DIMS)), InvalidArgumentError, r"shape \(1, 1, 4\)", id="3d"),
         pytest.param([[[0.0] * DIMS]], InvalidArgumentError, r"\[0\] must be a 1-D", id="nested"),
         pytest.param([["a"] * DIMS], InvalidArgumentError, "real numbers", id="strings"),
-        pytest.param(None, InvalidArgumentError, "got NoneType", id="none"),
+        pytest.param(None, InvalidArgumentError, "2-D array .*got a NoneType", id="none"),
     ],
 )
 def test_queries_to_array_rejects(values: object, exc: type[Exception], match: str) -> None:
@@ -1274,7 +1316,35 @@ def test_memory_to_row_defaults() -> None:
             id="bad-metadata",
         ),
         pytest.param(
-            {"tags": "coffee"}, InvalidArgumentError, r"write \['coffee'\]", id="bare-str-tags"
+            {"tags": "coffee"},
+            InvalidArgumentError,
+            r"^tags must be a list of strings, not a str: write tags=\['coffee'\]",
+            id="bare-str-tags",
+        ),
+        pytest.param(
+            {"linked_memory_ids": "01XYZ"},
+            InvalidArgumentError,
+            r"^linked_memory_ids must be a list of strings, not a str: write "
+            r"linked_memory_ids=\['01XYZ'\]",
+            id="bare-str-linked-ids",
+        ),
+        pytest.param(
+            {"confidence": 5.0},
+            InvalidArgumentError,
+            r"^confidence must be between 0 and 1, got 5.0",
+            id="confidence-above-one",
+        ),
+        pytest.param(
+            {"confidence": -0.01},
+            InvalidArgumentError,
+            r"^confidence must be between 0 and 1",
+            id="confidence-negative",
+        ),
+        pytest.param(
+            {"superseded_by": "01ABC"},
+            InvalidArgumentError,
+            r"^memory '01ABC' cannot be superseded by itself",
+            id="superseded-by-itself",
         ),
         pytest.param(
             {"tags": ["a", 1]}, InvalidArgumentError, r"^tags\[1\] must be a str", id="int-tag"
@@ -1370,20 +1440,41 @@ def test_memory_to_row_rejects(overrides: dict[str, Any], exc: type[Exception], 
 
 
 @pytest.mark.parametrize(
-    "overrides",
+    ("overrides", "want"),
     [
-        pytest.param({"content": "a\x00b"}, id="nul-content"),
-        pytest.param({"id": "\x00"}, id="nul-id"),
-        pytest.param({"tags": ["\x00", "😀"]}, id="nul-and-astral-tags"),
-        pytest.param({"content": "😀 paired surrogates are fine"}, id="astral-content"),
-        pytest.param({"tags": []}, id="no-tags"),
-        pytest.param({"importance": np.float32(0.5)}, id="numpy-float"),
-        pytest.param({"importance": 3}, id="int-importance"),
-        pytest.param({"embedding": np.array([], dtype=np.float32)}, id="empty-embedding"),
+        pytest.param(
+            {"content": "a\x00b"},
+            {"content": "a\x00b", "fingerprint": fingerprint("a\x00b")},
+            id="nul-content",
+        ),
+        pytest.param({"id": "\x00"}, {"id": "\x00"}, id="nul-id"),
+        pytest.param({"tags": ["\x00", "😀"]}, {"tags": ["\x00", "😀"]}, id="nul-and-astral-tags"),
+        pytest.param(
+            {"content": "😀 paired surrogates are fine"},
+            {
+                "content": "😀 paired surrogates are fine",
+                "fingerprint": hashlib.sha256("😀 paired surrogates are fine".encode()).hexdigest(),
+            },
+            id="astral-content",
+        ),
+        pytest.param({"tags": []}, {"tags": []}, id="no-tags"),
+        pytest.param({"tags": ("a", "b")}, {"tags": ["a", "b"]}, id="tuple-tags-become-a-list"),
+        pytest.param({"importance": np.float32(0.5)}, {"importance": 0.5}, id="numpy-float"),
+        pytest.param({"importance": 3}, {"importance": 3.0}, id="int-importance"),
+        pytest.param({"confidence": 0}, {"confidence": 0.0}, id="confidence-zero"),
+        pytest.param({"confidence": 1.0}, {"confidence": 1.0}, id="confidence-one"),
+        pytest.param({"confidence": None}, {"confidence": None}, id="confidence-untracked"),
+        pytest.param(
+            {"embedding": np.array([], dtype=np.float32)}, {"embedding": None}, id="empty-embedding"
+        ),
     ],
 )
-def test_memory_to_row_accepts(overrides: dict[str, Any]) -> None:
-    cv.memory_to_row(full_memory(**overrides), DIMS)
+def test_memory_to_row_accepts(overrides: dict[str, Any], want: dict[str, Any]) -> None:
+    """Each value is accepted and lands in the row as the core expects it (exact type)."""
+    row: dict[str, Any] = dict(cv.memory_to_row(full_memory(**overrides), DIMS))
+    got = {key: row[key] for key in want}
+    assert got == want
+    assert {key: type(v) for key, v in got.items()} == {key: type(v) for key, v in want.items()}
 
 
 def test_memory_to_row_rejects_non_memory() -> None:
@@ -1433,7 +1524,19 @@ def test_fields_to_row_embedding() -> None:
 @pytest.mark.parametrize(
     ("fields_", "exc", "match"),
     [
-        pytest.param({"id": "x"}, InvalidArgumentError, "^id identifies the memory", id="id"),
+        pytest.param({"id": "x"}, InvalidArgumentError, "^id cannot be changed by update", id="id"),
+        pytest.param(
+            {"confidence": 1.5},
+            InvalidArgumentError,
+            "^confidence must be between 0 and 1",
+            id="conf",
+        ),
+        pytest.param(
+            {"superseded_by": "m1"},
+            InvalidArgumentError,
+            "^memory 'm1' cannot be superseded by itself",
+            id="superseded-by-itself",
+        ),
         pytest.param({"namespace": "x"}, InvalidArgumentError, "use reassign", id="namespace"),
         pytest.param(
             {"created_at": T0},
@@ -1458,7 +1561,7 @@ def test_fields_to_row_embedding() -> None:
 )
 def test_fields_to_row_rejects(fields_: dict[str, Any], exc: type[Exception], match: str) -> None:
     with pytest.raises(exc, match=match):
-        cv.fields_to_row(fields_, DIMS)
+        cv.fields_to_row(fields_, DIMS, id="m1")
 
 
 def test_core_memory_round_trip(store: Any) -> None:
@@ -1608,9 +1711,9 @@ def test_filter_to_spec_every_field() -> None:
 @pytest.mark.parametrize(
     ("f", "key", "want"),
     [
-        pytest.param(filt(tiers=Tier.SEMANTIC), "tiers", ["semantic"], id="single-tier-member"),
-        pytest.param(filt(tiers="working"), "tiers", ["working"], id="single-tier-string"),
-        pytest.param(filt(tags="coffee"), "tags", ["coffee"], id="single-tag-not-split"),
+        pytest.param(filt(tags={"b"}), "tags", ["b"], id="set-of-tags"),
+        pytest.param(filt(exclude_ids=frozenset()), "exclude_ids", [], id="empty-frozenset"),
+        pytest.param(filt(memory_types=None), "memory_types", [], id="none-memory-types"),
         pytest.param(filt(tiers=None), "tiers", [], id="none-tiers-is-all"),
         pytest.param(filt(levels=None), "levels", [], id="none-levels-is-all"),
         pytest.param(filt(levels=[None]), "levels", [None], id="legacy-only"),
@@ -1628,10 +1731,12 @@ def test_filter_to_spec_shapes(f: Filter, key: str, want: object) -> None:
     ("f", "match"),
     [
         pytest.param(
-            filt(tiers=["bogus"]), r"^filter.tiers item must be a Tier", id="unknown-tier"
+            filt(tiers=["bogus"]), r"^filter.tiers\[0\] must be a Tier", id="unknown-tier"
         ),
         pytest.param(
-            filt(levels=["legacy"]), r"^filter.levels item must be a Level", id="unknown-level"
+            filt(levels=[None, "legacy"]),
+            r"^filter.levels\[1\] must be a Level",
+            id="unknown-level",
         ),
         pytest.param(
             filt(sort=sort_("relevance")),
@@ -1658,8 +1763,32 @@ def test_filter_to_spec_shapes(f: Filter, key: str, want: object) -> None:
         ),
         pytest.param(filt(tags=[1]), r"^filter.tags\[0\] must be a str", id="int-tag"),
         pytest.param(
-            filt(tags={"a": "b"}), r"^filter.tags must be a list or tuple", id="dict-tags"
+            filt(tags={"a": "b"}),
+            r"^filter.tags must be a list of strings \(a list, tuple or set\), got dict",
+            id="dict-tags",
         ),
+        pytest.param(
+            filt(tags="coffee"),
+            r"^filter.tags must be a list of strings, not a str: write filter.tags=\['coffee'\]",
+            id="bare-str-tags",
+        ),
+        pytest.param(
+            filt(tiers=Tier.SEMANTIC),
+            r"^filter.tiers must be a list of Tier values, not a str: write "
+            r"filter.tiers=\['semantic'\]",
+            id="bare-member-tiers",
+        ),
+        pytest.param(filt(tiers="working"), r"^filter.tiers .*not a str", id="bare-str-tiers"),
+        pytest.param(filt(levels="explicit"), r"^filter.levels .*not a str", id="bare-str-levels"),
+        pytest.param(
+            filt(exclude_ids="01ABC"), r"^filter.exclude_ids .*not a str", id="bare-str-ids"
+        ),
+        pytest.param(
+            filt(memory_types="decision"),
+            r"^filter.memory_types .*not a str",
+            id="bare-str-memory-types",
+        ),
+        pytest.param(filt(tags=b"ab"), r"^filter.tags .*got bytes", id="bytes-tags"),
         pytest.param(filt(exclude_ids=[None]), r"^filter.exclude_ids\[0\]", id="none-id"),
         pytest.param(
             filt(memory_types=["\ud800"]),

@@ -10,9 +10,13 @@ malformed value and every mistake surfaces as an `InvalidArgumentError` (or
   instants inside 0001-01-01 .. 9999-12-31 UTC, so every stored value reads back);
 * enum members or their string values -> members, or their values for the core (an unknown
   value lists the allowed ones);
-* text -> plain ``str`` that is valid Unicode (no lone surrogates), lists of text or enum
-  values -> lists (a bare ``str`` is refused, never split into characters);
-* ints -> signed 64-bit, floats -> finite, flags -> ``bool``;
+* text -> plain ``str`` that is valid Unicode (no lone surrogates; the rule itself is
+  `memini.types._check_unicode`, shared with `normalize_content`/`fingerprint`);
+* several values (tags, ids, tiers, ...) -> lists, through `_check_sequence` alone: a bare
+  ``str`` is refused everywhere ("write tags=['x']"), never split into characters nor
+  wrapped into a one-item list;
+* ints -> signed 64-bit (limits saturate), floats -> finite, confidences -> [0, 1],
+  flags -> ``bool``; API-key hashes -> 64 lowercase hex digits;
 * embeddings and query vectors -> C-contiguous ``float32`` arrays of the store's dims;
 * metadata and event detail -> compact JSON text, JSON types only (one rule for both);
 * `Memory` -> row dicts, `Filter` -> filter-spec dicts (see ``_core.pyi``); the core builds
@@ -27,6 +31,7 @@ import enum
 import json
 import math
 import numbers
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -43,6 +48,7 @@ from memini.types import (
     Sort,
     SortKey,
     Tier,
+    _check_unicode,
     _coerce_enum,
     fingerprint,
 )
@@ -171,20 +177,12 @@ def coerce_enum(cls: type[E], value: object, what: str) -> E:
 
 
 def _check_text(value: object, what: str, *, non_empty: bool = False) -> str:
-    """Validate a str bound for Rust or SQLite: UTF-8-encodable (NUL is allowed)."""
+    """Validate a str bound for Rust or SQLite: valid Unicode (NUL is allowed)."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}")
     if non_empty and not value:
         raise InvalidArgumentError(f"{what} must be a non-empty str")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise InvalidArgumentError(
-                f"{what} contains a lone surrogate {value[e.start]!r} at index {e.start}, "
-                "which is not valid Unicode text (decode the source bytes with "
-                "errors='replace' or fix the pairing)"
-            ) from None
+    _check_unicode(value, what)
     return str(value)  # a plain str, also for str subclasses such as StrEnum members
 
 
@@ -192,36 +190,71 @@ def _check_opt_text(value: object, what: str) -> str | None:
     return None if value is None else _check_text(value, what)
 
 
-def _check_sequence(value: object, what: str, of: str) -> Sequence[object]:
-    """A list or tuple (order kept); a bare str (or bytes) is refused, not split up."""
-    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Sequence):
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` shortened for an error message."""
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def _check_sequence(value: object, what: str, of: str, *, unordered: bool = False) -> list[object]:
+    """The one rule for an argument holding several values (tags, ids, tiers, ...).
+
+    A list, tuple or other sequence is taken as is, order kept. A bare ``str`` (a single
+    tag, id or enum member: `Tier` members are str) is refused everywhere, with the fix in
+    the message, rather than split into characters or silently wrapped; bytes, mappings and
+    other non-sequences are refused too.
+
+    Args:
+        value: The argument.
+        what: Its name, for error messages (``"tags"``, ``"filter.tiers"``, ...).
+        of: What the items are, for error messages (``"strings"``, ``"Tier values"``).
+        unordered: For filter fields, where order carries no meaning: None also means
+            "empty" and a set or frozenset is accepted.
+
+    Returns:
+        The items as a new list.
+
+    Raises:
+        InvalidArgumentError: A bare str, or not a sequence.
+    """
+    if isinstance(value, str):
         raise InvalidArgumentError(
-            f"{what} must be a list of {of}, got {type(value).__name__}"
-            + (f" (write [{value!r}] for a single item)" if isinstance(value, str) else "")
+            f"{what} must be a list of {of}, not a str: write {what}=[{_shown(str(value))!r}]"
         )
-    return value
+    if unordered:
+        if value is None:
+            return []
+        if isinstance(value, set | frozenset):
+            return list(value)
+    if isinstance(value, bytes | bytearray) or not isinstance(value, Sequence):
+        kinds = "list, tuple or set" if unordered else "list or tuple"
+        raise InvalidArgumentError(
+            f"{what} must be a list of {of} (a {kinds}), got {type(value).__name__}"
+        )
+    return list(value)
 
 
-def _check_text_list(value: object, what: str) -> list[str]:
-    """A list/tuple of str (order kept); a bare str is refused, not split into characters."""
-    return [
-        _check_text(v, f"{what}[{i}]") for i, v in enumerate(_check_sequence(value, what, "str"))
-    ]
+def _check_text_list(value: object, what: str, *, unordered: bool = False) -> list[str]:
+    """A sequence of str as a list (see `_check_sequence` for the shape rule)."""
+    items = _check_sequence(value, what, "strings", unordered=unordered)
+    return [_check_text(v, f"{what}[{i}]") for i, v in enumerate(items)]
 
 
-def coerce_enum_list(cls: type[E], values: object, what: str) -> list[E]:
-    """Coerce a list of enum members or string values, keeping order and duplicates.
+def coerce_enum_list(
+    cls: type[E], values: object, what: str, *, unordered: bool = False
+) -> list[E]:
+    """Coerce a sequence of enum members or string values, keeping order and duplicates.
 
     Args:
         cls: The enum class.
-        values: A list or tuple; a bare str (or a single member) is refused rather than
-            split into characters.
+        values: A list or tuple (see `_check_sequence`); a bare str or a single member is
+            refused.
         what: The argument's name, for error messages.
+        unordered: A filter field: None means empty, a set is accepted.
 
     Raises:
-        InvalidArgumentError: Not a list or tuple, or an unknown value (named by index).
+        InvalidArgumentError: Not a sequence, or an unknown value (named by index).
     """
-    items = _check_sequence(values, what, cls.__name__)
+    items = _check_sequence(values, what, f"{cls.__name__} values", unordered=unordered)
     return [coerce_enum(cls, v, f"{what}[{i}]") for i, v in enumerate(items)]
 
 
@@ -239,16 +272,47 @@ def _check_opt_float(value: object, what: str) -> float | None:
     return None if value is None else _check_float(value, what)
 
 
+def _check_confidence(value: object, what: str = "confidence") -> float:
+    """A confidence: a finite float in [0, 1] (0 = refuted, 1 = certain).
+
+    The one rule for every confidence written: ``Memory.confidence``, ``update(confidence=)``,
+    ``set_confidence`` and ``mark_contradicted``. The ranking helpers clamp to [0, 1] and
+    `grow_confidence` stays inside it, so a value outside could only be a mistake (a
+    percentage, a raw score).
+    """
+    c = _check_float(value, what)
+    if not 0.0 <= c <= 1.0:
+        raise InvalidArgumentError(
+            f"{what} must be between 0 and 1, got {c!r} (scale it, e.g. a percentage / 100)"
+        )
+    return c
+
+
+def _check_opt_confidence(value: object, what: str = "confidence") -> float | None:
+    return None if value is None else _check_confidence(value, what)
+
+
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
 
 
-def _check_int(value: object, what: str, *, non_negative: bool = False) -> int:
+def _check_int(
+    value: object, what: str, *, non_negative: bool = False, saturate: bool = False
+) -> int:
     """A 64-bit signed int, or with ``non_negative`` 0 .. 2**63-1 (numpy ints included;
-    bool and float refused)."""
+    bool and float refused).
+
+    With ``saturate`` (limits, offsets, ``k``: "more than any store holds" is meaningful) a
+    value beyond the 64-bit range is clamped to it instead of refused; a negative value is
+    still refused when ``non_negative``.
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
     n = int(value)
+    if saturate:
+        if non_negative and n < 0:
+            raise InvalidArgumentError(f"{what} must be >= 0, got {n}")
+        return max(min(n, _I64_MAX), _I64_MIN)
     low = 0 if non_negative else _I64_MIN
     if not low <= n <= _I64_MAX:
         bounds = "0" if non_negative else "-2**63"
@@ -260,6 +324,32 @@ def _check_bool(value: object, what: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise InvalidArgumentError(f"{what} must be a bool, got {type(value).__name__}")
     return bool(value)
+
+
+_HEX_SHA256: Final = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _check_key_hash(value: object, what: str, *, lookup: bool = False) -> str:
+    """An API key's hash: exactly 64 hex digits (either case), returned lowercase.
+
+    Only the hash of a secret is ever stored, so anything else (a secret passed by
+    mistake) is refused before it could be written in clear; the message never echoes
+    the value. With ``lookup`` (``get_api_key_by_hash``) any str is accepted and only a
+    well-formed hash is lowercased: a malformed one simply matches no key.
+
+    Raises:
+        InvalidArgumentError: Not a str, or (unless ``lookup``) not 64 hex digits.
+    """
+    text = _check_text(value, what)
+    if _HEX_SHA256.fullmatch(text):
+        return text.lower()
+    if lookup:
+        return text
+    raise InvalidArgumentError(
+        f"{what} must be the 64 hex digits of hash_api_key(secret), got a str of "
+        f"{len(text)} characters that is not one (never pass the secret itself: only its "
+        "hash is stored)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,6 +469,13 @@ def query_to_array(value: object, dims: int, what: str = "query vector") -> F32A
     return _to_f32(arr, what)
 
 
+def _not_a_batch(what: str, dims: int, got: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{what} must be a 2-D array of shape (n, {dims}), one query per row; got {got} "
+        "(wrap a single query as [vector], or use vector_search)"
+    )
+
+
 def queries_to_array(values: object, dims: int, what: str = "query vectors") -> F32Array:
     """Validate a batch of query vectors (``vector_search_many``) and convert it for the core.
 
@@ -393,36 +490,34 @@ def queries_to_array(values: object, dims: int, what: str = "query vectors") -> 
 
     Raises:
         DimensionMismatchError: A query's length is not ``dims``.
-        InvalidArgumentError: Not 2-D (a single 1-D vector included), ragged, not numeric,
-            or holds NaN/inf.
+        InvalidArgumentError: Not 2-D (a single 1-D vector, as an array or a flat list of
+            numbers, included: the message asks for shape ``(n, dims)``), ragged, not
+            numeric, or holds NaN/inf.
     """
-    if (
-        not isinstance(values, np.ndarray)
-        and isinstance(values, Sequence)
-        and not isinstance(values, str | bytes | bytearray)
-    ):
-        if len(values) == 0:
-            return np.empty((0, dims), dtype=np.float32)
-        rows: list[npt.NDArray[Any]] = []
-        for i, v in enumerate(values):
-            row = _as_numeric_array(v, f"{what}[{i}]")
-            if row.ndim != 1:
-                raise InvalidArgumentError(
-                    f"{what}[{i}] must be a 1-D vector, got shape {row.shape}"
-                )
-            if row.shape[0] != dims:
-                raise _query_mismatch(row.shape[0], dims, f"{what}[{i}]")
-            rows.append(row)
-        return _to_f32(np.stack(rows), what)
-    arr = _as_numeric_array(values, what)
-    if arr.ndim != 2:
-        raise InvalidArgumentError(
-            f"{what} must be 2-D (n_queries, dims), got shape {arr.shape} "
-            "(wrap a single query as [vector] or use vector_search)"
-        )
-    if arr.shape[1] != dims:
-        raise _query_mismatch(arr.shape[1], dims, what)
-    return _to_f32(arr, what)
+    if isinstance(values, memoryview):  # a buffer: read it as the array it describes
+        values = np.asarray(values)
+    if isinstance(values, np.ndarray):
+        arr = _as_numeric_array(values, what)
+        if arr.ndim != 2:
+            raise _not_a_batch(what, dims, f"shape {arr.shape}")
+        if arr.shape[1] != dims:
+            raise _query_mismatch(arr.shape[1], dims, what)
+        return _to_f32(arr, what)
+    if isinstance(values, str | bytes | bytearray) or not isinstance(values, Sequence):
+        raise _not_a_batch(what, dims, f"a {type(values).__name__}")
+    if len(values) == 0:
+        return np.empty((0, dims), dtype=np.float32)
+    rows: list[npt.NDArray[Any]] = []
+    for i, v in enumerate(values):
+        if isinstance(v, numbers.Number):  # one query as a flat list
+            raise _not_a_batch(what, dims, f"a flat sequence of {len(values)} numbers")
+        row = _as_numeric_array(v, f"{what}[{i}]")
+        if row.ndim != 1:
+            raise InvalidArgumentError(f"{what}[{i}] must be a 1-D vector, got shape {row.shape}")
+        if row.shape[0] != dims:
+            raise _query_mismatch(row.shape[0], dims, f"{what}[{i}]")
+        rows.append(row)
+    return _to_f32(np.stack(rows), what)
 
 
 # --------------------------------------------------------------------------------------------
@@ -570,17 +665,47 @@ _FIELD_CONVERTERS: Final[dict[str, _Conv]] = {
     "superseded_by": lambda v, _d: _check_opt_text(v, "superseded_by"),
     "valid_from": _ts("valid_from"),
     "valid_to": _ts("valid_to"),
-    "confidence": lambda v, _d: _check_opt_float(v, "confidence"),
+    "confidence": lambda v, _d: _check_opt_confidence(v),
     "linked_memory_ids": lambda v, _d: _check_text_list(v, "linked_memory_ids"),
     "embedding": lambda v, dims: embedding_to_array(v, dims),
 }
 
 _NOT_UPDATABLE: Final = {
-    "id": "id identifies the memory and cannot be updated (upsert a new memory instead)",
+    "id": (
+        "id cannot be changed by update(): it identifies the memory (upsert a copy under a "
+        "new id, then delete the old one)"
+    ),
     "namespace": "namespace cannot be changed by update() (use reassign() to move a memory)",
     "created_at": "created_at cannot be updated (it records when the memory was first stored)",
 }
 _UPDATABLE: Final = tuple(k for k in _FIELD_CONVERTERS if k not in _NOT_UPDATABLE)
+
+
+def not_updatable(name: str) -> InvalidArgumentError:
+    """The error for an attempt to change ``id``, ``namespace`` or ``created_at`` by update.
+
+    Args:
+        name: The field name.
+    """
+    return InvalidArgumentError(_NOT_UPDATABLE[name])
+
+
+def check_supersession(id: str, superseded_by: str | None) -> None:
+    """Refuse a memory superseded by itself (a validated id and ``superseded_by``).
+
+    Args:
+        id: The memory's id.
+        superseded_by: The id of the memory replacing it, or None.
+
+    Raises:
+        InvalidArgumentError: ``superseded_by == id``.
+    """
+    if superseded_by == id:
+        raise InvalidArgumentError(
+            f"memory {_shown(id)!r} cannot be superseded by itself: superseded_by names the "
+            "memory that replaces it (to retire it without a successor, delete it or set "
+            "expires_at)"
+        )
 
 
 def memory_to_row(m: Memory, dims: int) -> Row:
@@ -596,17 +721,19 @@ def memory_to_row(m: Memory, dims: int) -> Row:
         string values, ``fingerprint`` of the content, ``embedding`` as float32 or None.
 
     Raises:
-        InvalidArgumentError: A field is malformed; the message names it.
+        InvalidArgumentError: A field is malformed (the message names it), or
+            ``superseded_by == id``.
         DimensionMismatchError: The embedding's length is not ``dims``.
     """
     if not isinstance(m, Memory):
         raise InvalidArgumentError(f"expected a Memory, got {type(m).__name__}")
     row = {name: conv(getattr(m, name), dims) for name, conv in _FIELD_CONVERTERS.items()}
+    check_supersession(row["id"], row["superseded_by"])
     row["fingerprint"] = fingerprint(row["content"])
     return cast("Row", row)
 
 
-def fields_to_row(fields: Mapping[str, Any], dims: int) -> Row:
+def fields_to_row(fields: Mapping[str, Any], dims: int, id: str | None = None) -> Row:
     """Validate the keyword arguments of ``Store.update`` and convert them to a partial row.
 
     Only the named fields appear in the result. ``content`` also adds ``fingerprint``;
@@ -616,18 +743,21 @@ def fields_to_row(fields: Mapping[str, Any], dims: int) -> Row:
         fields: Field name -> new value, for any `Memory` field but id, namespace and
             created_at.
         dims: The store's dimensionality.
+        id: The (validated) id of the memory being updated, to refuse ``superseded_by=id``;
+            None skips that check.
 
     Returns:
         The partial row.
 
     Raises:
-        InvalidArgumentError: An unknown or non-updatable field name, or a malformed value.
+        InvalidArgumentError: An unknown or non-updatable field name, a malformed value, or
+            ``superseded_by`` equal to ``id``.
         DimensionMismatchError: The embedding's length is not ``dims``.
     """
     row: dict[str, Any] = {}
     for name, value in fields.items():
         if name in _NOT_UPDATABLE:
-            raise InvalidArgumentError(_NOT_UPDATABLE[name])
+            raise not_updatable(name)
         conv = _FIELD_CONVERTERS.get(name)
         if conv is None:
             raise InvalidArgumentError(
@@ -635,6 +765,8 @@ def fields_to_row(fields: Mapping[str, Any], dims: int) -> Row:
                 + ", ".join(_UPDATABLE)
             )
         row[name] = conv(value, dims)
+    if id is not None and "superseded_by" in row:
+        check_supersession(id, row["superseded_by"])
     if "content" in row:
         row["fingerprint"] = fingerprint(row["content"])
     return cast("Row", row)
@@ -643,18 +775,6 @@ def fields_to_row(fields: Mapping[str, Any], dims: int) -> Row:
 # --------------------------------------------------------------------------------------------
 # Filters
 # --------------------------------------------------------------------------------------------
-
-
-def _items(value: object, what: str) -> list[object]:
-    """A filter's sequence field as a list; None = empty; a single str (or enum member)
-    counts as a one-item list rather than being split into characters."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping) or not isinstance(value, Sequence | set | frozenset):
-        raise InvalidArgumentError(f"{what} must be a list or tuple, got {type(value).__name__}")
-    return list(value)
 
 
 def _pairs(value: object, what: str) -> list[tuple[str, str]]:
@@ -684,8 +804,9 @@ def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
     The reference instant is ``f.now`` if set, else the ``now`` argument if given, else
     the wall clock; it is always resolved here so the core never reads a clock.
 
-    Sequence fields accept a list or tuple (None = empty); a single str (or enum member)
-    counts as a one-item list. Enum fields accept members or string values.
+    Sequence fields accept a list, tuple or set (None = empty); a bare str (or a single
+    enum member) is refused, as everywhere (`_check_sequence`). Enum fields accept members
+    or string values.
 
     Args:
         f: The filter; None = ``Filter()`` (the live rows).
@@ -695,8 +816,9 @@ def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
         The spec dict: enum string values, micros, ``(key, value)`` pair lists.
 
     Raises:
-        InvalidArgumentError: A malformed field: unknown tier/level/sort key, a non-str tag,
-            id, memory type or metadata value, a non-datetime time, a non-bool flag.
+        InvalidArgumentError: A malformed field: unknown tier/level/sort key, a bare str
+            where a list is expected, a non-str tag, id, memory type or metadata value, a
+            non-datetime time, a non-bool flag.
     """
     if f is None:  # the common case, on every search: a copy of the default spec
         spec = dict(_DEFAULT_SPEC)
@@ -714,30 +836,22 @@ def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
     if not isinstance(sort, Sort):
         raise InvalidArgumentError(f"filter.sort must be a Sort, got {type(sort).__name__}")
     return {
-        "tiers": [
-            coerce_enum(Tier, t, "filter.tiers item").value for t in _items(f.tiers, "filter.tiers")
-        ],
+        "tiers": [t.value for t in coerce_enum_list(Tier, f.tiers, "filter.tiers", unordered=True)],
         "levels": [
-            None if lv is None else coerce_enum(Level, lv, "filter.levels item").value
-            for lv in _items(f.levels, "filter.levels")
+            None if lv is None else coerce_enum(Level, lv, f"filter.levels[{i}]").value
+            for i, lv in enumerate(
+                _check_sequence(f.levels, "filter.levels", "Level values", unordered=True)
+            )
         ],
-        "tags": [
-            _check_text(t, f"filter.tags[{i}]") for i, t in enumerate(_items(f.tags, "filter.tags"))
-        ],
+        "tags": _check_text_list(f.tags, "filter.tags", unordered=True),
         "metadata": _pairs(f.metadata, "filter.metadata"),
         "exclude_metadata": _pairs(f.exclude_metadata, "filter.exclude_metadata"),
-        "exclude_ids": [
-            _check_text(x, f"filter.exclude_ids[{i}]")
-            for i, x in enumerate(_items(f.exclude_ids, "filter.exclude_ids"))
-        ],
+        "exclude_ids": _check_text_list(f.exclude_ids, "filter.exclude_ids", unordered=True),
         "include_expired": _check_bool(f.include_expired, "filter.include_expired"),
         "include_superseded": _check_bool(f.include_superseded, "filter.include_superseded"),
         "now": now_us,
         "as_of": opt_micros(f.as_of, "filter.as_of"),
-        "memory_types": [
-            _check_text(x, f"filter.memory_types[{i}]")
-            for i, x in enumerate(_items(f.memory_types, "filter.memory_types"))
-        ],
+        "memory_types": _check_text_list(f.memory_types, "filter.memory_types", unordered=True),
         "created_after": opt_micros(f.created_after, "filter.created_after"),
         "accessed_after": opt_micros(f.accessed_after, "filter.accessed_after"),
         "sort_key": coerce_enum(SortKey, sort.key, "filter.sort.key").value,

@@ -34,7 +34,7 @@ from typing import Any
 from memini import events as _events
 from memini import keys as _keys
 from memini import links as _links
-from memini._convert import _check_int, _check_text, to_micros
+from memini._convert import _check_int, _check_key_hash, _check_text, to_micros
 from memini.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -601,7 +601,8 @@ class MetaDB:
         """The key with this hash, disabled or not (an indexed lookup).
 
         Args:
-            hash: The hex SHA-256 of the secret.
+            hash: The hex SHA-256 of the secret, in either case (hashes are stored
+                lowercase); any other str matches no key.
 
         Returns:
             The key, or None.
@@ -609,7 +610,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        hash_ = _check_text(hash, "hash")
+        hash_ = _check_key_hash(hash, "hash", lookup=True)
         with self._read() as conn:
             return _keys.get_api_key_by_hash(conn, hash_)
 

@@ -323,7 +323,8 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
     """Validate an `EventFilter` (None = everything).
 
     ``namespace`` wins over ``namespaces``; ``limit <= 0`` means no cap; ``before_id`` must
-    be >= 0.
+    be >= 0. ``namespaces``, ``kinds`` and ``tiers`` take a list, tuple or set (None =
+    empty); a bare str is refused (``memini._convert._check_sequence``).
 
     Args:
         filter: The filter.
@@ -345,7 +346,9 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
     namespaces = (
         (namespace,)
         if namespace
-        else tuple(dict.fromkeys(_check_text_list(filter.namespaces, "filter.namespaces")))
+        else tuple(
+            dict.fromkeys(_check_text_list(filter.namespaces, "filter.namespaces", unordered=True))
+        )
     )
     before_id = _check_int(filter.before_id, "filter.before_id")
     if before_id < 0:
@@ -355,11 +358,15 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
         namespaces=namespaces,
         kinds=tuple(
             dict.fromkeys(
-                k.value for k in coerce_enum_list(EventKind, filter.kinds, "filter.kinds")
+                k.value
+                for k in coerce_enum_list(EventKind, filter.kinds, "filter.kinds", unordered=True)
             )
         ),
         tiers=tuple(
-            dict.fromkeys(t.value for t in coerce_enum_list(Tier, filter.tiers, "filter.tiers"))
+            dict.fromkeys(
+                t.value
+                for t in coerce_enum_list(Tier, filter.tiers, "filter.tiers", unordered=True)
+            )
         ),
         text=_check_text(filter.text, "filter.text").casefold(),
         since=None if filter.since is None else to_micros(filter.since, "filter.since"),

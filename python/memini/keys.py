@@ -7,7 +7,9 @@ Table ``api_keys`` (see ``memini._sqlite`` for the schema history)::
 
 Invariants:
 
-* secrets are never stored, only their hash (`memini.types.hash_api_key`);
+* secrets are never stored, only their hash (`memini.types.hash_api_key`): a put whose
+  ``hash`` is not 64 hex digits is refused (a secret passed by mistake is never written),
+  and hashes are stored lowercase;
 * one key per name and one name per hash (the UNIQUE constraint is the lookup index of
   `get_api_key_by_hash` and `authenticate`);
 * ``created_at`` is set once, when the key is first stored, unless a put names one.
@@ -21,7 +23,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from memini._convert import _check_bool, _check_text, _now_micros, from_micros, to_micros
+from memini._convert import (
+    _check_bool,
+    _check_key_hash,
+    _check_text,
+    _now_micros,
+    from_micros,
+    to_micros,
+)
 from memini.errors import ConflictError, InvalidArgumentError
 from memini.types import APIKey, hash_api_key
 
@@ -51,15 +60,16 @@ def prepare_api_key(key: APIKey) -> KeyRow:
         The row to store; ``created_at`` is None when the key did not name one.
 
     Raises:
-        InvalidArgumentError: Not an `APIKey`, an empty name or hash, or a field of the
-            wrong type.
+        InvalidArgumentError: Not an `APIKey`, an empty name, a hash that is not 64 hex
+            digits (the message names ``hash_api_key(secret)``), or a field of the wrong
+            type.
     """
     if not isinstance(key, APIKey):
         raise InvalidArgumentError(f"key must be an APIKey, got {type(key).__name__}")
     created = None if key.created_at is None else to_micros(key.created_at, "key.created_at")
     return (
         _check_text(key.name, "key.name", non_empty=True),
-        _check_text(key.hash, "key.hash", non_empty=True),
+        _check_key_hash(key.hash, "key.hash"),
         _check_text(key.home_ns, "key.home_ns"),
         _check_text(key.default_ns, "key.default_ns"),
         created,

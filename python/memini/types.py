@@ -106,7 +106,20 @@ class EventKind(enum.StrEnum):
 
 @dataclass
 class Memory:
-    """One memory row. ``embedding`` is write-only: rows read back carry ``None``."""
+    """One memory row. ``embedding`` is write-only: rows read back carry ``None``.
+
+    The store validates every field on write (``upsert``, ``upsert_many``, ``update``) and
+    raises `InvalidArgumentError` naming the field and the fix. Beyond the types above:
+
+    * ``id`` and ``namespace`` are non-empty; text fields are valid Unicode (no lone
+      surrogate, see `normalize_content`);
+    * ``tags`` and ``linked_memory_ids`` are lists (or tuples) of str. A bare ``str`` is
+      refused, as everywhere a sequence of strings is expected (it is never split into
+      characters nor wrapped): write ``tags=["x"]``, not ``tags="x"``;
+    * ``confidence`` is None (not tracked) or a finite float in [0, 1];
+    * ``superseded_by`` never names the memory itself (a row cannot replace itself);
+    * ``importance`` is any finite float (the ranking helpers clamp it to [0, 1]).
+    """
 
     id: str
     namespace: str
@@ -256,7 +269,13 @@ class Sort:
 
 @dataclass
 class Filter:
-    """Which rows a list, count or search considers. The default selects the live rows."""
+    """Which rows a list, count or search considers. The default selects the live rows.
+
+    Sequence fields (``tiers``, ``levels``, ``tags``, ``exclude_ids``, ``memory_types``)
+    take a list, tuple or set; None or empty means "no condition". A bare ``str`` (or a
+    single enum member) is refused, as everywhere a sequence is expected: write
+    ``Filter(tags=["x"])``, not ``Filter(tags="x")``.
+    """
 
     tiers: Sequence[Tier] = ()
     levels: Sequence[Level | None] = ()
@@ -327,7 +346,11 @@ class Event:
 
 @dataclass
 class EventFilter:
-    """Selects event-log rows for `Store.list_events`."""
+    """Selects event-log rows for `Store.list_events`.
+
+    ``namespaces``, ``kinds`` and ``tiers`` take a list, tuple or set (None or empty = no
+    condition); a bare ``str`` is refused, as in `Filter`.
+    """
 
     namespace: str = ""
     namespaces: Sequence[str] = ()
@@ -387,6 +410,33 @@ def _coerce_enum(cls: type[_E], value: object, what: str) -> _E:
     raise InvalidArgumentError(f"{what} must be a {cls.__name__} or one of {allowed}; got {got}")
 
 
+def _check_unicode(s: str, what: str) -> None:
+    """Raise unless ``s`` is valid Unicode text: the package's one rule for text.
+
+    A lone surrogate (``"\\ud800"``, e.g. from ``bytes.decode(errors="surrogateescape")``)
+    has no UTF-8 encoding, so no store can hold it: every str bound for the core or SQLite
+    (``memini._convert._check_text``) and the content given to `normalize_content` and
+    `fingerprint` is checked here. NUL and every other code point are fine.
+
+    Args:
+        s: The text.
+        what: The argument's name, for error messages.
+
+    Raises:
+        InvalidArgumentError: ``s`` contains a lone surrogate; the message gives its index.
+    """
+    if s.isascii():
+        return
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(
+            f"{what} contains a lone surrogate {s[e.start]!r} at index {e.start}, "
+            "which is not valid Unicode text (decode the source bytes with "
+            "errors='replace' or fix the pairing)"
+        ) from None
+
+
 def _as_utc(dt: datetime, what: str) -> datetime:
     """Return ``dt`` as an aware UTC datetime; naive input is taken as UTC."""
     if not isinstance(dt, datetime):
@@ -439,17 +489,22 @@ def normalize_content(s: str) -> str:
     a word, the final sigma U+03C2. Those two are the only code points where Python's full
     mapping differs from the simple one.
 
+    Content follows the store's one text rule: it must be valid Unicode, so a lone
+    surrogate (which no stored memory can contain) is refused here as in ``upsert``, and
+    `fingerprint` refuses exactly the same strings.
+
     Args:
-        s: Any string (lone surrogates pass through unchanged).
+        s: The content.
 
     Returns:
         The normalised string.
 
     Raises:
-        InvalidArgumentError: ``s`` is not a str.
+        InvalidArgumentError: ``s`` is not a str, or contains a lone surrogate.
     """
     if not isinstance(s, str):
         raise InvalidArgumentError(f"content must be a str, got a {type(s).__name__}")
+    _check_unicode(s, "content")
     joined = " ".join(_split_white_space(s))
     if joined.isascii():
         return joined.lower()
@@ -462,8 +517,8 @@ def fingerprint(content: str) -> str:
     """Content key for exact-restatement dedup.
 
     The lowercase hex SHA-256 of the UTF-8 of ``normalize_content(content)``, so contents
-    differing only in case or whitespace collide. Total on ``str``: lone surrogates (which
-    no stored memory can contain) are hashed with the ``surrogatepass`` encoding.
+    differing only in case or whitespace collide. Accepts exactly what `normalize_content`
+    (and a memory's ``content``) accepts: a lone surrogate is refused.
 
     Args:
         content: The memory content.
@@ -472,9 +527,9 @@ def fingerprint(content: str) -> str:
         64 lowercase hex digits.
 
     Raises:
-        InvalidArgumentError: ``content`` is not a str.
+        InvalidArgumentError: ``content`` is not a str, or contains a lone surrogate.
     """
-    data = normalize_content(content).encode("utf-8", "surrogatepass")
+    data = normalize_content(content).encode("utf-8")
     return hashlib.sha256(data).hexdigest()
 
 
