@@ -11,6 +11,7 @@ row ``x1`` instead.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Hashable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -31,6 +32,7 @@ from memini import (
     NamespaceLink,
     Sort,
     Store,
+    Tier,
     hash_api_key,
 )
 
@@ -797,3 +799,219 @@ def test_open_hostile_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pat
     _, _, failure = attempt(lambda: Store.open(path, dims=DIMS).close(), "open")
     assert failure is None, failure
     assert (tmp_path / "file").read_text() == "not a store"
+
+
+# ------------------------------------------------------------------ named refusals
+
+
+def refused(s: Store, snap: dict[str, Any], call: Callable[[], Any], match: str) -> None:
+    """``call`` raises InvalidArgumentError matching ``match``; nothing stored changed."""
+    victim = s.get("x", "x1")
+    with pytest.raises(InvalidArgumentError, match=match):
+        call()
+    assert snapshot(s) == snap
+    assert s.get("x", "x1") == victim
+    assert s.get_embedding("x", "x1").tobytes() == vec(99).tobytes()  # type: ignore[union-attr]
+    assert [m.id for m in s.list("x", EVERYTHING)] == ["x1"]  # nothing of a batch stored
+    assert s.list_namespaces() == ["keep", "x"]
+
+
+def bare(what: str, value: str = "a") -> str:
+    """The message of the one bare-string rule, as a regex."""
+    return rf"^{re.escape(what)} must be a list of [A-Za-z ]+, not a str: write " + re.escape(
+        f"{what}=[{value!r}]"
+    )
+
+
+# Every call site taking a sequence of strings (or enum values): a bare str is refused the
+# same way everywhere, with the fix in the message.
+BARE_STRING_SITES: list[Any] = [
+    pytest.param(lambda s: s.upsert(mem(tags="a")), bare("tags"), id="memory-tags"),
+    pytest.param(
+        lambda s: s.upsert(mem(linked_memory_ids="a")),
+        bare("linked_memory_ids"),
+        id="memory-linked-ids",
+    ),
+    pytest.param(
+        lambda s: s.upsert_many([mem(id="ok1"), mem(tags="a")]), bare("tags"), id="batch-tags"
+    ),
+    pytest.param(lambda s: s.update("x", "x1", tags="a"), bare("tags"), id="update-tags"),
+    pytest.param(lambda s: s.list("x", Filter(tags="a")), bare("filter.tags"), id="filter-tags"),
+    pytest.param(
+        lambda s: s.count("x", Filter(tiers="semantic")),  # type: ignore[arg-type]
+        bare("filter.tiers", "semantic"),
+        id="filter-tiers",
+    ),
+    pytest.param(
+        lambda s: s.list("x", Filter(tiers=Tier.SEMANTIC)),  # type: ignore[arg-type]
+        bare("filter.tiers", "semantic"),
+        id="filter-tiers-member",
+    ),
+    pytest.param(
+        lambda s: s.list("x", Filter(levels="explicit")),  # type: ignore[arg-type]
+        bare("filter.levels", "explicit"),
+        id="filter-levels",
+    ),
+    pytest.param(
+        lambda s: s.vector_search("x", vec(0), Filter(exclude_ids="a")),
+        bare("filter.exclude_ids"),
+        id="filter-exclude-ids",
+    ),
+    pytest.param(
+        lambda s: s.keyword_search("x", "victim", Filter(memory_types="a")),
+        bare("filter.memory_types"),
+        id="filter-memory-types",
+    ),
+    pytest.param(
+        lambda s: s.list_events(EventFilter(namespaces="a")),
+        bare("filter.namespaces"),
+        id="event-filter-namespaces",
+    ),
+    pytest.param(
+        lambda s: s.list_events(EventFilter(kinds="recall")),  # type: ignore[arg-type]
+        bare("filter.kinds", "recall"),
+        id="event-filter-kinds",
+    ),
+    pytest.param(
+        lambda s: s.list_events(EventFilter(tiers="semantic")),  # type: ignore[arg-type]
+        bare("filter.tiers", "semantic"),
+        id="event-filter-tiers",
+    ),
+    pytest.param(
+        lambda s: s.put_link(NamespaceLink("x", "y", tiers="semantic")),  # type: ignore[arg-type]
+        bare("link.tiers", "semantic"),
+        id="link-tiers",
+    ),
+    pytest.param(lambda s: s.reinforce("x", "x1", T0), bare("ids", "x1"), id="reinforce-ids"),
+    pytest.param(lambda s: s.reassign("x", "x1", "y"), bare("ids", "x1"), id="reassign-ids"),
+    pytest.param(
+        lambda s: s.upsert(mem(tags="t" * 100)),
+        r"^tags must be a list of strings, not a str: write tags=\['t{37}\.\.\.'\]$",
+        id="long-str-shortened",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "match"), BARE_STRING_SITES)
+def test_bare_string_where_a_list_is_expected(
+    seeded: tuple[Store, dict[str, Any]], call: Callable[[Store], Any], match: str
+) -> None:
+    s, snap = seeded
+    refused(s, snap, lambda: call(s), match)
+
+
+NOT_UPDATABLE = "^id cannot be changed by update\\(\\).*new id"
+NOT_MOVABLE = "^namespace cannot be changed by update\\(\\) \\(use reassign\\(\\)"
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        pytest.param(lambda s: s.update("x", "x1", id="y"), NOT_UPDATABLE, id="id-field"),
+        pytest.param(lambda s: s.update("x", "x1", id="x1"), NOT_UPDATABLE, id="same-id-field"),
+        pytest.param(
+            lambda s: s.update("x", "x1", namespace="keep"), NOT_MOVABLE, id="namespace-field"
+        ),
+        pytest.param(
+            lambda s: s.update("x", namespace="keep", id="x1"), NOT_MOVABLE, id="namespace-twice"
+        ),
+        pytest.param(
+            lambda s: s.update("x", "x1", content="new", id="y"), NOT_UPDATABLE, id="with-others"
+        ),
+        pytest.param(
+            lambda s: s.update("x", "x1", created_at=T0), "^created_at cannot be updated", id="ca"
+        ),
+    ],
+)
+def test_update_cannot_change_the_key(
+    seeded: tuple[Store, dict[str, Any]], call: Callable[[Store], Any], match: str
+) -> None:
+    """Never Python's "got multiple values" TypeError: an InvalidArgumentError naming the
+    right tool."""
+    s, snap = seeded
+    refused(s, snap, lambda: call(s), match)
+
+
+def test_update_with_keyword_key_still_works(store: Store) -> None:
+    store.upsert(Memory(id="x1", namespace="x", content="before"))
+    assert store.update(namespace="x", id="x1", content="after").content == "after"
+    assert store.update("x", id="x1", summary="s").summary == "s"
+
+
+CONFIDENCE = r"^confidence must be between 0 and 1, got "
+SELF_SUPERSEDED = r"^memory 'x1' cannot be superseded by itself"
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        pytest.param(
+            lambda s: s.set_confidence("x", "x1", 5.0, T0), CONFIDENCE + "5.0", id="set-confidence"
+        ),
+        pytest.param(
+            lambda s: s.set_confidence("x", "x1", -0.5, T0), CONFIDENCE, id="set-confidence-neg"
+        ),
+        pytest.param(
+            lambda s: s.mark_contradicted("x", "x1", "y", 1.5, T0), CONFIDENCE, id="contradicted"
+        ),
+        pytest.param(
+            lambda s: s.update("x", "x1", confidence=100), CONFIDENCE + "100.0", id="update"
+        ),
+        pytest.param(
+            lambda s: s.upsert(mem(id="x1", namespace="x", confidence=1.0000001)),
+            CONFIDENCE,
+            id="upsert",
+        ),
+        pytest.param(
+            lambda s: s.upsert_many([mem(id="ok1"), mem(confidence=-1e-9)]),
+            CONFIDENCE,
+            id="upsert-many",
+        ),
+        pytest.param(
+            lambda s: s.set_superseded("x", "x1", "x1"), SELF_SUPERSEDED, id="set-superseded"
+        ),
+        pytest.param(
+            lambda s: s.upsert(mem(id="x1", namespace="x", superseded_by="x1")),
+            SELF_SUPERSEDED,
+            id="upsert-self-superseded",
+        ),
+        pytest.param(
+            lambda s: s.upsert_many([mem(id="ok1"), mem(id="x1", superseded_by="x1")]),
+            SELF_SUPERSEDED,
+            id="upsert-many-self-superseded",
+        ),
+        pytest.param(
+            lambda s: s.update("x", "x1", superseded_by="x1"),
+            SELF_SUPERSEDED,
+            id="update-self-superseded",
+        ),
+        pytest.param(lambda s: s.list("x", None, 0, -1), r"^offset must be >= 0, got -1", id="off"),
+        pytest.param(
+            lambda s: s.list("keep", offset=-(2**70)), r"^offset must be >= 0", id="offset-huge"
+        ),
+        pytest.param(
+            lambda s: s.vector_search_many("x", vec(0)),
+            r"^query vectors must be a 2-D array of shape \(n, 4\).*got shape \(4,\)",
+            id="vector-search-many-1d-array",
+        ),
+        pytest.param(
+            lambda s: s.vector_search_many("x", [1, 2, 3, 4]),
+            r"^query vectors must be a 2-D array of shape \(n, 4\).*flat sequence of 4 numbers",
+            id="vector-search-many-flat-list",
+        ),
+    ],
+)
+def test_out_of_range_values_are_refused(
+    seeded: tuple[Store, dict[str, Any]], call: Callable[[Store], Any], match: str
+) -> None:
+    s, snap = seeded
+    refused(s, snap, lambda: call(s), match)
+
+
+@pytest.mark.parametrize("confidence", [0, 0.0, 1, 1.0, 0.5])
+def test_confidence_bounds_are_inclusive(store: Store, confidence: float) -> None:
+    store.upsert(Memory(id="x1", namespace="x", content="c", confidence=confidence))
+    store.set_confidence("x", "x1", confidence, T0)
+    store.update("x", "x1", confidence=confidence)
+    store.mark_contradicted("x", "x1", "y", confidence, T0)
+    assert store.get("x", "x1").confidence == confidence

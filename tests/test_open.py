@@ -259,6 +259,76 @@ def test_directory_is_created(tmp_path: Path, make_path: Callable[[Path], Any]) 
         assert s.get(NS, "a").content == "content of a"
 
 
+@pytest.mark.parametrize(
+    ("path", "match"),
+    [
+        pytest.param("", r"^path is empty: name a directory \(write '\.'", id="empty-str"),
+        pytest.param(
+            "file",
+            r"^path '.*/file' must be a directory, but it is an existing file",
+            id="existing-file",
+        ),
+        pytest.param(
+            Path("file"), r"^path '.*/file' must be a directory", id="existing-file-pathlike"
+        ),
+        pytest.param(
+            "file/sub",
+            r"^path '.*/file/sub' must be a directory, but '.*/file' is an existing file",
+            id="below-a-file",
+        ),
+        pytest.param("a\x00b", r"^path contains a NUL character", id="nul"),
+    ],
+)
+def test_path_that_cannot_be_a_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Any, match: str
+) -> None:
+    """Nothing is created (an empty path would have made a store in the current directory)
+    and the file is untouched."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("not a store")
+    with pytest.raises(InvalidArgumentError, match=match):
+        Store.open(path, dims=4)
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+    assert (tmp_path / "file").read_text() == "not a store"
+    backup_match = match.replace("^path", "^backup path")  # backup() follows the same rule
+    with Store.open(None, dims=4) as s, pytest.raises(InvalidArgumentError, match=backup_match):
+        s.backup(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_dot_is_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with Store.open(".", dims=4) as s:
+        s.upsert(mem("a"))
+    with Store.open(tmp_path) as s:
+        assert s.get(NS, "a").content == "content of a"
+
+
+@pytest.mark.parametrize(
+    ("breadth", "match"),
+    [
+        pytest.param(0, r"^search_breadth must be between 1 and 2\*\*24, got 0", id="zero"),
+        pytest.param(-1, r"between 1 and 2\*\*24, got -1", id="negative"),
+        pytest.param(2**24 + 1, r"between 1 and 2\*\*24, got 16777217", id="too-big"),
+        pytest.param(2**70, r"between 1 and 2\*\*24", id="beyond-64-bits"),
+        pytest.param(True, r"^search_breadth must be an int, got bool", id="bool"),
+        pytest.param(64.0, r"^search_breadth must be an int, got float", id="float"),
+        pytest.param("64", r"^search_breadth must be an int, got str", id="str"),
+    ],
+)
+def test_search_breadth_out_of_range(tmp_path: Path, breadth: Any, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        Store.open(tmp_path / "s", dims=4, search_breadth=breadth)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("breadth", [1, np.int64(16), 2**24])
+def test_search_breadth_in_range(breadth: int) -> None:
+    with Store.open(None, dims=4, search_breadth=breadth) as s:
+        s.upsert(mem("a", embedding=[1, 0, 0, 0]))
+        assert [h.memory.id for h in s.vector_search(NS, [1, 0, 0, 0], k=1)] == ["a"]
+
+
 def test_in_memory_store_writes_nothing_to_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,21 +7,35 @@ reports nothing): ``upsert`` per inserted or updated row, ``delete`` once per de
 tombstoned by deduplication.
 
 Any object with these six methods is a `Metrics` (the protocol is structural and
-``runtime_checkable``). Implementations must be thread-safe and should not raise: they run
-after the write already succeeded.
+``runtime_checkable``); ``Store.open`` checks that each is present and callable
+(`check_metrics`). Implementations must be thread-safe and should not raise: they run after
+the write already succeeded. If one raises anyway, the store never turns that into an
+exception of the write (the caller would retry a write that is durable): `GuardedMetrics`
+logs it on the ``memini`` logger and counts it (``Store.stats()["metrics_errors"]``).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from memini.errors import InvalidArgumentError
 
-__all__ = ["METRIC_NAMES", "Metrics", "NullMetrics", "PrometheusMetrics"]
+__all__ = [
+    "METRICS_METHODS",
+    "METRIC_NAMES",
+    "GuardedMetrics",
+    "Metrics",
+    "NullMetrics",
+    "PrometheusMetrics",
+    "check_metrics",
+]
+
+_LOG = logging.getLogger("memini")
 
 METRIC_NAMES = (
     "memini_store_upserts_total",
@@ -75,6 +89,94 @@ class Metrics(Protocol):
         Args:
             n: How many rows (0 reports nothing).
         """
+
+
+METRICS_METHODS: Final = tuple(
+    name for name, value in vars(Metrics).items() if not name.startswith("_") and callable(value)
+)
+"""The method names of the `Metrics` protocol, in declaration order."""
+
+
+def check_metrics(metrics: object) -> Metrics:
+    """Return ``metrics`` if it has every method of the `Metrics` protocol, callable.
+
+    Args:
+        metrics: The object given as ``Store.open(..., metrics=)``.
+
+    Raises:
+        InvalidArgumentError: A method is missing or not callable; the message names them.
+    """
+    missing = [name for name in METRICS_METHODS if not callable(getattr(metrics, name, None))]
+    if missing:
+        raise InvalidArgumentError(
+            f"metrics must implement the memini.Metrics protocol, but "
+            f"{type(metrics).__name__} has no callable {', '.join(missing)} (define them; "
+            "subclass memini.metrics.NullMetrics to get no-op defaults)"
+        )
+    return metrics  # type: ignore[return-value]  # checked structurally just above
+
+
+class GuardedMetrics:
+    """Wraps the `Metrics` given to a store so that a report can never fail a write.
+
+    Each call is forwarded; an exception from it is logged on the ``memini`` logger (with
+    its traceback the first time for each method) and counted in `errors`, never raised.
+    Thread-safe when the wrapped object is.
+    """
+
+    def __init__(self, inner: Metrics) -> None:
+        """Wrap ``inner`` (already checked with `check_metrics`)."""
+        self.inner = inner
+        self._lock = threading.Lock()
+        self._errors = 0
+        self._failed: set[str] = set()
+
+    @property
+    def errors(self) -> int:
+        """How many reports raised so far."""
+        with self._lock:
+            return self._errors
+
+    def _call(self, name: str, *args: object) -> None:
+        try:
+            getattr(self.inner, name)(*args)
+        except Exception:
+            with self._lock:
+                self._errors += 1
+                first = name not in self._failed
+                self._failed.add(name)
+            _LOG.error(
+                "metrics %s.%s%r raised; the store's change is durable and stays done "
+                "(counted in Store.stats()['metrics_errors'])",
+                type(self.inner).__name__,
+                name,
+                args,
+                exc_info=first,
+            )
+
+    def upsert(self, op: str, tier: str, memory_type: str) -> None:
+        """Forward `Metrics.upsert`."""
+        self._call("upsert", op, tier, memory_type)
+
+    def delete(self) -> None:
+        """Forward `Metrics.delete`."""
+        self._call("delete")
+
+    def soft_delete(self) -> None:
+        """Forward `Metrics.soft_delete`."""
+        self._call("soft_delete")
+
+    def sweep_expired(self, tier: str) -> None:
+        """Forward `Metrics.sweep_expired`."""
+        self._call("sweep_expired", tier)
+
+    def active_by_tier(self, tier: str, n: int) -> None:
+        """Forward `Metrics.active_by_tier`."""
+        self._call("active_by_tier", tier, n)
+
+    def dedup_tombstoned(self, n: int) -> None:
+        """Forward `Metrics.dedup_tombstoned`."""
+        self._call("dedup_tombstoned", n)
 
 
 class NullMetrics:
