@@ -94,7 +94,8 @@ struct Fields {
 }
 
 struct Writer {
-    inner: IndexWriter<TantivyDocument>,
+    /// The tantivy writer; taken at close, to wait for its merges.
+    inner: Option<IndexWriter<TantivyDocument>>,
     /// Buffered changes not yet committed.
     dirty: bool,
     /// Changelog sequence of the newest buffered change.
@@ -107,12 +108,19 @@ struct Writer {
 }
 
 impl Writer {
+    fn tantivy(&mut self) -> Result<&mut IndexWriter<TantivyDocument>> {
+        self.inner
+            .as_mut()
+            .ok_or_else(|| kw_err("write", "the index is closed"))
+    }
+
     /// Buffers one change: (rid, new document or None = delete) at changelog sequence `seq`.
     fn apply(&mut self, rid_field: Field, change: Change, seq: u64) -> Result<()> {
         let (rid, doc) = change;
-        self.inner.delete_term(Term::from_field_u64(rid_field, rid));
+        let w = self.tantivy()?;
+        w.delete_term(Term::from_field_u64(rid_field, rid));
         if let Some(td) = doc {
-            self.inner.add_document(td).map_err(|e| kw_err("add", e))?;
+            w.add_document(td).map_err(|e| kw_err("add", e))?;
         }
         self.advance(seq);
         self.dirty = true;
@@ -306,7 +314,10 @@ impl Shared {
                 return Ok(());
             }
             let seq = w.seq;
-            let mut prepared = w.inner.prepare_commit().map_err(|e| kw_err("commit", e))?;
+            let mut prepared = w
+                .tantivy()?
+                .prepare_commit()
+                .map_err(|e| kw_err("commit", e))?;
             prepared.set_payload(&seq.to_string());
             prepared.commit().map_err(|e| kw_err("commit", e))?;
             w.dirty = false;
@@ -400,7 +411,7 @@ impl Shared {
         let ids: Vec<SegmentId> = metas[skip..].iter().map(tantivy::SegmentMeta::id).collect();
         // a background merge may hold some of them: then this one fails and is not retried
         // before the next commit; the merge policy merges them anyway
-        drop(w.inner.merge(&ids));
+        drop(w.tantivy()?.merge(&ids));
         Ok(())
     }
 
@@ -511,7 +522,7 @@ impl KeywordIndex {
             reader,
             columns: Mutex::new(HashMap::new()),
             writer: Mutex::new(Writer {
-                inner: writer,
+                inner: Some(writer),
                 dirty: fresh,
                 seq: committed,
                 committed,
@@ -757,7 +768,7 @@ impl KeywordIndex {
             if ids.len() <= 1 {
                 break;
             }
-            let fut = self.shared.writer.lock().inner.merge(&ids);
+            let fut = self.shared.writer.lock().tantivy()?.merge(&ids);
             match fut.wait() {
                 Ok(_) => break,
                 Err(e) if attempt >= 10 => return Err(kw_err("merge", e)),
@@ -770,11 +781,20 @@ impl KeywordIndex {
 }
 
 impl Drop for KeywordIndex {
+    /// Stops the fold thread and waits for tantivy's merges: nothing touches the index
+    /// directory after the index is dropped (the store's close returns only then).
     fn drop(&mut self) {
         *self.shared.stop.lock() = true;
         self.shared.wake.notify_all();
         if let Some(t) = self.folder.take() {
-            let _ = t.join();
+            if t.join().is_err() {
+                log::error!("keyword index: the fold thread panicked");
+            }
+        }
+        if let Some(w) = self.shared.writer.lock().inner.take() {
+            if let Err(e) = w.wait_merging_threads() {
+                log::error!("keyword index: waiting for merges: {e}");
+            }
         }
     }
 }
