@@ -445,6 +445,30 @@ impl Shared {
     }
 }
 
+/// Opens the index in `d` and checks it whole: every file of its segments present and
+/// matching its checksum (tantivy opens files lazily, so a damaged one would otherwise fail a
+/// later search, or the reader).
+fn open_checked(d: &Path, schema: &Schema) -> Result<Index> {
+    let md = MmapDirectory::open(d).map_err(|e| kw_err("open", e))?;
+    let index = Index::open_or_create(md, schema.clone()).map_err(|e| kw_err("open", e))?;
+    let metas = index
+        .searchable_segment_metas()
+        .map_err(|e| kw_err("segments", e))?;
+    for path in metas.iter().flat_map(tantivy::SegmentMeta::list_files) {
+        if !d.join(&path).is_file() {
+            return Err(kw_err("check", format!("{} is missing", path.display())));
+        }
+    }
+    let damaged = index.validate_checksum().map_err(|e| kw_err("check", e))?;
+    if let Some(path) = damaged.iter().next() {
+        return Err(kw_err(
+            "check",
+            format!("{} is damaged (checksum)", path.display()),
+        ));
+    }
+    Ok(index)
+}
+
 impl KeywordIndex {
     /// Opens the index in `dir` (None = in memory), creating it when missing. Returns the
     /// index and whether it must be rebuilt from the rows (new, unreadable or corrupt).
@@ -467,12 +491,7 @@ impl KeywordIndex {
             None => (Index::create_in_ram(schema), true),
             Some(d) => {
                 std::fs::create_dir_all(d)?;
-                let opened = MmapDirectory::open(d)
-                    .map_err(|e| kw_err("open", e))
-                    .and_then(|md| {
-                        Index::open_or_create(md, schema.clone()).map_err(|e| kw_err("open", e))
-                    });
-                match opened {
+                match open_checked(d, &schema) {
                     Ok(i) => (i, false),
                     Err(e) => {
                         log::warn!("{e}; rebuilding the keyword index from rows");

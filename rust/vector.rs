@@ -953,8 +953,14 @@ impl VectorIndex {
     /// Loads the graphs of the last checkpoint in `dir`; returns the sequence they reflect, or
     /// None when there is no usable checkpoint (missing, other dims, or a corrupt file).
     pub fn load(&mut self, dir: &Path) -> Option<u64> {
-        let manifest: Manifest =
-            serde_json::from_slice(&fs::read(dir.join("manifest.json")).ok()?).ok()?;
+        let bytes = fs::read(dir.join("manifest.json")).ok()?;
+        let manifest: Manifest = match serde_json::from_slice(&bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                log::warn!("vector index manifest is damaged ({e}); rebuilding from rows");
+                return None;
+            }
+        };
         if manifest.dims != self.dims {
             return None;
         }
