@@ -19,6 +19,7 @@ from memini import (
     EventKind,
     Filter,
     Level,
+    MeminiError,
     Memory,
     NamespaceLink,
     Store,
@@ -227,11 +228,15 @@ def test_bad_lines_reported_rest_lands(tmp_path: Path, capsys: pytest.CaptureFix
     rc, out, err = run(capsys, "import", str(src), "--store", str(store), "--namespace", "inbox")
     assert rc == 1
     for lineno, why in [
-        (3, "invalid JSON"),
-        (4, "field 'tags' must be a list of strings"),
-        (5, "embedding has 3 dims, the store expects 4"),
+        (3, "invalid JSON at column 28"),
+        (4, "tags must be a list of strings"),
+        (
+            5,
+            "embedding has 3 dims and the store has 4: re-embed this row, or import the file "
+            "into a new store (--store NEW_DIR --dims 3)",
+        ),
         (7, "different namespace"),
-        (8, "'forever' is not one of"),
+        (8, "got 'forever'"),
         (10, "expected a JSON object"),
     ]:
         assert f"line {lineno}: " in err and why in err.split(f"line {lineno}: ")[1].split("\n")[0]
@@ -348,20 +353,6 @@ def test_events_into_a_store_with_events(
     assert "events: 5 read, 0 inserted, 5 skipped" in " ".join(out.split())
 
 
-@pytest.mark.parametrize("batch", ["1", "1000"])
-def test_repeated_id_in_file_is_skipped(
-    batch: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    src = tmp_path / "in.jsonl"
-    rows = [{"id": "x", "content": "first"}, {"id": "x", "content": "second"}]
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rc, out, _ = run(capsys, "import", str(src), "--store", str(tmp_path / "s"), "--dims", "2")
-    assert rc == 0
-    assert "memories: 2 read, 1 inserted, 1 skipped" in " ".join(out.split())
-    with Store.open(tmp_path / "s") as s:
-        assert s.get("default", "x").content == "first"
-
-
 def test_next_event_id_round_trips_when_the_newest_events_were_pruned(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -423,7 +414,433 @@ def test_bad_event_line_is_reported_alone(
     rc, _, err = run(capsys, "import", str(src), "--store", str(tmp_path / "s"), "--dims", "2")
     assert rc == 1
     assert "line 2: event.detail['x'] contains a lone surrogate" in err
-    assert "line 3: field 'id' must be between 1 and 2**63-1" in err
+    assert "line 3: event.id must be between 0 and 2**63-1" in err
     assert "line 4: event.rank must be between -2**63 and 2**63-1" in err
     with Store.open(tmp_path / "s") as s:
         assert [e.id for e in s.list_events()] == [3]
+
+
+# --------------------------------------------------------------------------------------------
+# Settings that contradict the file or the store: refused before anything is written
+# --------------------------------------------------------------------------------------------
+
+
+def _plain(path: Path, *rows: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _store_state(path: Path) -> tuple[int, int, int, int, str]:
+    """Rows, links, keys, events and embed model of a store (for "nothing was written")."""
+    with Store.open(path) as s:
+        st = s.stats()
+        meta = st["meta"]
+        return st["rows"], meta["links"], meta["api_keys"], meta["events"], s.embed_model()
+
+
+@pytest.mark.parametrize(
+    ("store", "argv", "advice"),
+    [
+        pytest.param(
+            None, ["--dims", "8"], "Omit --dims to use the header's 4", id="dims-vs-header"
+        ),
+        pytest.param(
+            (8, "cos"), [], "import it into a new store (--store NEW_DIR)", id="header-vs-store"
+        ),
+        pytest.param(
+            (4, "cos"), ["--dims", "8"], "--dims 8 does not match the file", id="dims-vs-both"
+        ),
+        pytest.param((4, "l2"), [], "pass --metric l2 to import into it", id="header-metric"),
+        pytest.param(
+            (4, "l2"), ["--metric", "ip"], "omit --metric (an existing store", id="metric-option"
+        ),
+    ],
+)
+def test_export_settings_that_contradict_are_refused_before_writing(
+    store: tuple[int, str] | None,
+    argv: list[str],
+    advice: str,
+    exported: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dst = tmp_path / "dst"
+    if store is not None:
+        Store.open(dst, dims=store[0], metric=store[1]).close()  # type: ignore[arg-type]
+    for extra in ([], ["--atomic"]):
+        rc, out, err = run(capsys, "import", str(exported), "--store", str(dst), *argv, *extra)
+        assert rc == 1 and out == ""
+        assert advice in err
+        assert "dims=" not in err and "metric=" not in err  # command-line advice, not Python
+    if store is None:
+        assert not dst.exists()
+    else:
+        assert _store_state(dst) == (0, 0, 0, 0, "")
+
+
+@pytest.mark.parametrize(
+    ("store_dims", "argv", "advice"),
+    [
+        pytest.param(8, ["--dims", "4"], "omit --dims (an existing store keeps", id="dims-option"),
+        pytest.param(
+            8, [], "import the file into a new store (--store NEW_DIR --dims 4)", id="first-line"
+        ),
+    ],
+)
+def test_plain_file_dims_that_contradict_the_store_are_refused(
+    store_dims: int,
+    argv: list[str],
+    advice: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dst = tmp_path / "dst"
+    Store.open(dst, dims=store_dims).close()
+    src = _plain(
+        tmp_path / "in.jsonl",
+        {"id": "a", "content": "x", "embedding": [1, 2, 3, 4]},
+        {"type": "link", "src": "a", "dst": "b"},
+    )
+    rc, _, err = run(capsys, "import", str(src), "--store", str(dst), *argv)
+    assert rc == 1 and advice in err and "dims=" not in err
+    assert _store_state(dst) == (0, 0, 0, 0, "")
+
+
+def test_header_metric_can_be_overridden_for_an_existing_store(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst = tmp_path / "dst"
+    Store.open(dst, dims=4, metric="l2").close()
+    rc, _, err = run(capsys, "import", str(exported), "--store", str(dst), "--metric", "l2")
+    assert rc == 0, err
+    assert _store_state(dst)[:4] == (28, 2, 2, 5)
+
+
+# --------------------------------------------------------------------------------------------
+# Line errors: where, and in the facade's words
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        pytest.param(
+            '{"content": "broken json", ',
+            "line 2: invalid JSON at column 28: Expecting property name enclosed in double "
+            "quotes (the line ends there: is it cut short?)",
+            id="truncated-after-comma",
+        ),
+        pytest.param(
+            '{"content": "cut', "line 2: invalid JSON at column 13: Unterminated string", id="cut"
+        ),
+        pytest.param(
+            '{"content": "a" "b"}',
+            "line 2: invalid JSON at column 17: Expecting ',' delimiter",
+            id="missing-comma",
+        ),
+        pytest.param(
+            '{"content": "ééé" x}',
+            "line 2: invalid JSON at column 19: Expecting ',' delimiter",
+            id="column-counts-characters",
+        ),
+        pytest.param(
+            '{"content": "crlf", }\r',
+            "line 2: invalid JSON at column 21: Expecting property name",
+            id="crlf",
+        ),
+    ],
+)
+def test_json_errors_name_line_and_column(
+    line: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "in.jsonl"
+    good = json.dumps({"id": "ok", "content": "fine"})
+    src.write_bytes(f"{good}\n{line}\n{good.replace('ok', 'ok2')}\n".encode())
+    rc, out, err = run(capsys, "import", str(src), "--store", str(tmp_path / "s"), "--dims", "2")
+    assert rc == 1
+    assert expected in err, err
+    assert "1 bad line(s) not imported: 2" in out
+    with Store.open(tmp_path / "s") as s:
+        assert s.count("default") == 2
+
+
+def _facade_message(**fields: Any) -> str:
+    """What `Store.upsert` says about a memory with these fields."""
+    with Store.open(None, dims=2) as s, pytest.raises(MeminiError) as info:
+        s.upsert(Memory(**{"id": "m", "namespace": "n", "content": "c", **fields}))
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("record", "fields"),
+    [
+        pytest.param({"tags": "solo"}, {"tags": "solo"}, id="tags-not-a-list"),
+        pytest.param({"tags": ["a", 1]}, {"tags": ["a", 1]}, id="tag-not-a-string"),
+        pytest.param({"tier": "forever"}, {"tier": "forever"}, id="unknown-tier"),
+        pytest.param({"level": "sure"}, {"level": "sure"}, id="unknown-level"),
+        pytest.param({"importance": "high"}, {"importance": "high"}, id="importance-text"),
+        pytest.param({"access_count": -1}, {"access_count": -1}, id="negative-count"),
+        pytest.param({"access_count": 1.5}, {"access_count": 1.5}, id="fractional-count"),
+        pytest.param({"metadata": {"n": 2**64}}, {"metadata": {"n": 2**64}}, id="int-too-big"),
+        pytest.param({"metadata": [1]}, {"metadata": [1]}, id="metadata-not-an-object"),
+        pytest.param({"namespace": ""}, {"namespace": ""}, id="empty-namespace"),
+        pytest.param({"embedding": [1, "x"]}, {"embedding": [1, "x"]}, id="embedding-text"),
+        pytest.param({"embedding": [1e39, 0]}, {"embedding": [1e39, 0]}, id="beyond-float32"),
+        pytest.param(
+            {"created_at": "0001-01-01T00:00:00+01:00"},
+            {"created_at": datetime.fromisoformat("0001-01-01T00:00:00+01:00")},
+            id="datetime-out-of-range",
+        ),
+    ],
+)
+def test_bad_values_are_refused_in_the_facades_words(
+    record: dict[str, Any],
+    fields: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = _plain(tmp_path / "in.jsonl", {"id": "m", "namespace": "n", "content": "c", **record})
+    rc, _, err = run(capsys, "import", str(src), "--store", str(tmp_path / "s"), "--dims", "2")
+    assert rc == 1
+    assert f"line 1: {_facade_message(**fields)}\n" in err
+
+
+# --------------------------------------------------------------------------------------------
+# --store "" and other unusable paths
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["import", "in.jsonl", "--dims", "2"], id="import"),
+        pytest.param(["export"], id="export"),
+        pytest.param(["stats"], id="stats"),
+        pytest.param(["compact"], id="compact"),
+        pytest.param(["check"], id="check"),
+        pytest.param(["demo"], id="demo"),
+    ],
+)
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_empty_store_path_is_refused(
+    argv: list[str],
+    empty: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _plain(tmp_path / "in.jsonl", {"content": "x"})
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--store", empty])
+    assert info.value.code == 2
+    assert "the store directory must not be empty" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_export_to_an_unwritable_path(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "missing-dir" / "out.jsonl"
+    rc, _, err = run(capsys, "export", "--store", str(tmp_path / "src"), "-o", str(target))
+    assert rc == 1 and f"cannot write {target}" in err
+
+
+def test_truncated_gzip_reports_where_reading_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [{"id": f"r{i}", "content": f"row {i} " + "x" * 200} for i in range(200)]
+    data = gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode())
+    src = tmp_path / "cut.jsonl.gz"
+    src.write_bytes(data[: len(data) // 2])
+    rc, out, err = run(capsys, "import", str(src), "--store", str(tmp_path / "a"), "--dims", "2")
+    assert rc == 1
+    assert "is the file cut short?" in err and "1 bad line(s)" in out
+    with Store.open(tmp_path / "a") as s:
+        assert 0 < s.count("default") < 200  # the lines before the cut landed
+    rc, out, _ = run(
+        capsys, "import", str(src), "--store", str(tmp_path / "b"), "--dims", "2", "--atomic"
+    )
+    assert rc == 1 and "nothing imported (--atomic)" in out
+    assert not (tmp_path / "b").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# --atomic and --on-existing
+# --------------------------------------------------------------------------------------------
+
+
+def test_atomic_import_of_a_good_file_is_the_same_as_a_plain_one(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst = tmp_path / "dst"
+    rc, _, err = run(capsys, "import", str(exported), "--store", str(dst), "--atomic")
+    assert rc == 0, err
+    assert export(capsys, dst, tmp_path / "b.jsonl") == exported.read_bytes()
+    rc, out, _ = run(capsys, "import", str(exported), "--store", str(dst), "--atomic")
+    assert rc == 0 and "memories: 28 read, 0 inserted, 28 skipped" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param('{"content": "cut', id="invalid-json"),
+        pytest.param(json.dumps({"content": "x", "tier": "forever"}), id="bad-memory"),
+        pytest.param(json.dumps({"type": "link", "src": "", "dst": "b"}), id="bad-link"),
+        pytest.param(json.dumps({"type": "event", "op_id": "o", "namespace": "n"}), id="bad-event"),
+        pytest.param(
+            json.dumps({"type": "api_key", "name": "k9", "hash": hash_api_key("s1")}),
+            id="key-hash-taken",
+        ),
+        pytest.param(json.dumps({"type": "nonsense"}), id="unknown-type"),
+    ],
+)
+@pytest.mark.parametrize("existing", [False, True], ids=["new-store", "existing-store"])
+def test_atomic_import_writes_nothing_when_a_line_is_bad(
+    bad: str,
+    existing: bool,
+    exported: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lines = exported.read_text("ascii").splitlines()
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join([*lines, bad]) + "\n")  # the bad line comes last: line 39
+    dst = tmp_path / "dst"
+    if existing:
+        Store.open(dst, dims=4, metric="cos").close()
+    rc, out, err = run(capsys, "import", str(src), "--store", str(dst), "--atomic")
+    assert rc == 1
+    assert "nothing imported (--atomic): 1 bad line(s): 39" in out
+    assert "line 39: " in err
+    if existing:
+        assert _store_state(dst) == (0, 0, 0, 0, "")
+    else:
+        assert not dst.exists()
+
+
+def test_atomic_import_the_store_refuses_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dst = tmp_path / "dst"
+    with Store.open(dst, dims=2) as s:
+        s.upsert(Memory("x", "a", "taken in namespace a"))
+    src = _plain(
+        tmp_path / "in.jsonl",
+        {"id": "y", "namespace": "b", "content": "fine"},
+        {"type": "link", "src": "b", "dst": "a"},
+        {"id": "x", "namespace": "b", "content": "id taken in another namespace"},
+    )
+    rc, _, err = run(capsys, "import", str(src), "--store", str(dst), "--atomic")
+    assert rc == 1 and "nothing imported" in err and "different namespace" in err
+    assert _store_state(dst) == (1, 0, 0, 0, "")
+
+
+def _seeded(path: Path) -> None:
+    with Store.open(path, dims=2) as s:
+        s.upsert(Memory("x", "default", "old"))
+        s.put_link(NamespaceLink("a", "b", note="old"))
+        s.put_api_key(APIKey("k1", hash_api_key("s1"), home_ns="old"))
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["batches", "atomic"])
+@pytest.mark.parametrize(
+    ("mode", "rc", "content", "summary"),
+    [
+        pytest.param(
+            [], 0, "old", "memories: 2 read, 1 inserted, 1 skipped (already stored)", id="skip"
+        ),
+        pytest.param(
+            ["--on-existing", "update"],
+            0,
+            "new",
+            "memories: 2 read, 1 inserted, 1 updated, 0 skipped",
+            id="update",
+        ),
+        pytest.param(
+            ["--on-existing", "fail"],
+            1,
+            "old",
+            "memories: 2 read, 1 inserted, 0 skipped",
+            id="fail",
+        ),
+    ],
+)
+def test_on_existing(
+    mode: list[str],
+    rc: int,
+    content: str,
+    summary: str,
+    atomic: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dst = tmp_path / "dst"
+    _seeded(dst)
+    src = _plain(
+        tmp_path / "in.jsonl",
+        {"id": "x", "content": "new"},
+        {"id": "y", "content": "brand new"},
+        {"type": "link", "src": "a", "dst": "b", "note": "new"},
+        {"type": "api_key", "name": "k1", "hash": hash_api_key("s1"), "home_ns": "new"},
+    )
+    argv = ["import", str(src), "--store", str(dst), *mode, *(["--atomic"] if atomic else [])]
+    got_rc, out, err = run(capsys, *argv)
+    assert got_rc == rc, err
+    text = " ".join(out.split())
+    with Store.open(dst) as s:
+        assert s.get("default", "x").content == content
+        assert s.list_links("a")[0].note == content
+        assert s.list_api_keys()[0].home_ns == content
+        assert s.count("default") == (1 if mode[-1:] == ["fail"] and atomic else 2)
+    if mode[-1:] == ["fail"]:
+        assert "line 1: memory 'x' of namespace 'default' is stored already" in err
+        assert "line 3: link 'a' -> 'b' is stored already" in err
+        assert "line 4: API key 'k1' is stored already" in err
+        if atomic:
+            assert "nothing imported (--atomic): 3 bad line(s): 1, 3, 4" in text
+            return
+    assert summary in text
+    skipped_note = "note: skipped 3 record(s) already stored or earlier in the file"
+    assert (skipped_note in text) == (not mode)
+    if not mode:
+        assert "(1 memories, 1 links, 1 api keys)" in text and "--on-existing update" in text
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["batches", "atomic"])
+@pytest.mark.parametrize(
+    ("mode", "rc", "stored", "summary"),
+    [
+        pytest.param([], 0, "first", "2 read, 1 inserted, 1 skipped", id="skip"),
+        pytest.param(
+            ["--on-existing", "update"], 0, "second", "2 read, 1 inserted, 1 updated", id="update"
+        ),
+        pytest.param(["--on-existing", "fail"], 1, "first", "2 read, 1 inserted", id="fail"),
+    ],
+)
+@pytest.mark.parametrize("batch", ["1", "1000"])
+def test_id_repeated_in_the_file(
+    batch: str,
+    mode: list[str],
+    rc: int,
+    stored: str,
+    summary: str,
+    atomic: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = _plain(
+        tmp_path / "in.jsonl", {"id": "x", "content": "first"}, {"id": "x", "content": "second"}
+    )
+    argv = ["import", str(src), "--store", str(tmp_path / "s"), "--dims", "2", "--batch", batch]
+    got_rc, out, err = run(capsys, *argv, *mode, *(["--atomic"] if atomic else []))
+    assert got_rc == rc, err
+    if rc:
+        where = "on line 1 already" if atomic or batch == "1000" else "stored already"
+        assert f"line 2: memory 'x' of namespace 'default' is {where}" in err
+    if rc and atomic:
+        assert not (tmp_path / "s").exists()
+        return
+    assert summary in " ".join(out.split())
+    with Store.open(tmp_path / "s") as s:
+        assert s.get("default", "x").content == stored

@@ -2,9 +2,11 @@
 
 Commands (``memini COMMAND --help`` lists the options):
 
-* ``memini import FILE --store DIR``: load a JSONL file (``.gz`` too, ``-`` = stdin) in
-  atomic batches. Re-running skips what is stored already; a bad line is reported with its
-  line number and the rest lands.
+* ``memini import FILE --store DIR [--atomic] [--on-existing skip|update|fail]``: load a
+  JSONL file (``.gz`` too, ``-`` = stdin) in atomic batches. A bad line is reported with its
+  line and column and the rest lands, or with ``--atomic`` nothing is written unless every
+  line is good. What is stored already is skipped and counted (``--on-existing`` updates or
+  refuses it instead).
 * ``memini export --store DIR [-o FILE]``: the whole store as versioned JSONL; importing it
   into a new store and exporting again gives the same bytes.
 * ``memini stats|compact|check [--repair] --store DIR``: inspect, compact, verify the indexes.
@@ -35,9 +37,9 @@ from memini.cli.commands import (
     cmd_stats,
     export_store,
 )
-from memini.cli.common import METRICS, CliError
+from memini.cli.common import METRICS, CliError, store_dir
 from memini.cli.demo import DEFAULT_DEMO_STORE, cmd_demo
-from memini.cli.importer import ImportSummary
+from memini.cli.importer import ON_EXISTING, ImportSummary
 from memini.cli.records import EXPORT_TYPE, EXPORT_VERSION
 from memini.errors import MeminiError
 
@@ -64,21 +66,45 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def store_arg(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--store", required=True, metavar="DIR", help="store directory")
+        sp.add_argument(
+            "--store", required=True, type=store_dir, metavar="DIR", help="store directory"
+        )
 
-    sp = sub.add_parser("import", help="bulk-load a JSONL file (export format or plain rows)")
+    sp = sub.add_parser(
+        "import",
+        help="bulk-load a JSONL file (export format or plain rows)",
+        description="Load a JSONL file into a store (created when missing). By default each "
+        "bad line is reported with its number and the others land; already stored records "
+        "are skipped and counted.",
+    )
     sp.add_argument("file", metavar="FILE", help="JSONL file, .gz accepted, - for stdin")
     store_arg(sp)
     sp.add_argument(
         "--dims",
         type=_positive,
-        help="vector dims of a new store "
-        "(default: the export header's, or the first embedding's length)",
+        help="vector dims of a new store (default: the export header's, or the first "
+        "embedding's length); must match the export header and an existing store",
     )
     sp.add_argument("--metric", choices=METRICS, help="metric of a new store (default l2)")
-    sp.add_argument("--batch", type=_positive, default=1000, help="rows per commit (1000)")
+    sp.add_argument(
+        "--batch", type=_positive, default=1000, help="rows per commit (1000; not with --atomic)"
+    )
     sp.add_argument(
         "--namespace", default="default", help="namespace of lines without one (default 'default')"
+    )
+    sp.add_argument(
+        "--atomic",
+        action="store_true",
+        help="all or nothing: check every line first and write nothing if any is bad; the "
+        "memories are then written in one transaction (held in memory)",
+    )
+    sp.add_argument(
+        "--on-existing",
+        choices=ON_EXISTING,
+        default="skip",
+        help="a memory id (in its namespace), link or API key name that is stored already or "
+        "came earlier in the file: skip it (default; the summary counts them), update "
+        "(overwrite it), or fail (report the line as bad). Events are always kept once",
     )
     sp.set_defaults(func=cmd_import)
 
@@ -109,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--store",
         default=DEFAULT_DEMO_STORE,
+        type=store_dir,
         metavar="DIR",
         help=f"store directory (default {DEFAULT_DEMO_STORE})",
     )

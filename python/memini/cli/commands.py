@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import itertools
 import shutil
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,18 +23,26 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from memini.cli.common import CliError, Metric, open_new_or_existing, open_store, progress_bar
+from memini.cli.common import (
+    CliError,
+    Metric,
+    create_store,
+    open_existing,
+    open_store,
+    progress_bar,
+)
 from memini.cli.importer import Importer, ImportSummary
 from memini.cli.records import (
     EXPORT_TYPE,
     EXPORT_VERSION,
+    Header,
     decode_line,
     dumps,
     event_record,
-    header_settings,
     key_record,
     link_record,
     memory_record,
+    parse_header,
 )
 from memini.store import Store
 from memini.types import Filter, Sort, SortKey, Tier
@@ -52,6 +62,7 @@ class _Source:
     """The lines of an import file (gzip-compressed ones too; ``-`` = plain stdin) and how far
     through the file reading is."""
 
+    name: str
     raw: IO[bytes]
     lines: Iterator[bytes]
     size: int | None
@@ -60,7 +71,7 @@ class _Source:
     def open(cls, path: str) -> _Source:
         if path == "-":
             raw: IO[bytes] = sys.stdin.buffer
-            return cls(raw, iter(raw), None)
+            return cls("stdin", raw, iter(raw), None)
         try:
             raw = open(path, "rb")  # noqa: SIM115 - closed by close()
         except OSError as e:
@@ -69,8 +80,23 @@ class _Source:
         magic = raw.read(2)
         raw.seek(0)
         if magic == b"\x1f\x8b":
-            return cls(raw, iter(gzip.GzipFile(fileobj=raw)), size)
-        return cls(raw, iter(raw), size)
+            return cls(path, raw, iter(gzip.GzipFile(fileobj=raw)), size)
+        return cls(path, raw, iter(raw), size)
+
+    def records(self) -> Iterator[tuple[int, bytes, str | None]]:
+        """``(line number, line, None)`` for each non-blank line; a file that cannot be read
+        on (a truncated or damaged .gz) ends with ``(next line number, b"", reason)``."""
+        lineno = 0
+        try:
+            for lineno, line in enumerate(self.lines, start=1):
+                if line.strip():
+                    yield lineno, line, None
+        except (OSError, EOFError, zlib.error) as e:
+            yield (
+                lineno + 1,
+                b"",
+                f"cannot read {self.name} past line {lineno}: {e} (is the file cut short?)",
+            )
 
     def position(self) -> int:
         try:
@@ -83,10 +109,15 @@ class _Source:
             self.raw.close()
 
 
-def _numbered(lines: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
-    for lineno, line in enumerate(lines, start=1):
-        if line.strip():
-            yield lineno, line
+@dataclass
+class _Wanted:
+    """The settings an import asks of its store: from the options, else the file's header,
+    else (a new store) the first line's embedding."""
+
+    dims: int | None
+    metric: Metric | None
+    header: Header | None
+    first_dims: int | None  # the length of the first line's embedding, without a header
 
 
 def cmd_import(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -100,81 +131,183 @@ def cmd_import(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) -> int:
     path = Path(args.store)
-    dims: int | None = args.dims
-    metric: Metric | None = args.metric
-    model = ""
-    next_event_id = 0
-    records = _numbered(src.lines)
+    records = src.records()
     first = next(records, None)
-    pending: list[tuple[int, bytes]] = []
+    pending: list[tuple[int, bytes, str | None]] = []
+    header: Header | None = None
+    first_dims: int | None = None
     if first is not None:
         obj, _ = decode_line(first[1])
         if isinstance(obj, dict) and obj.get("type") == EXPORT_TYPE:
-            dims, metric, model, next_event_id = header_settings(obj, dims, metric)
+            header = parse_header(obj, need_metric=args.metric is None)
         else:
             pending.append(first)
             emb = obj.get("embedding") if isinstance(obj, dict) else None
-            if dims is None and isinstance(emb, list) and emb:
-                dims = len(emb)
+            if isinstance(emb, list) and emb:
+                first_dims = len(emb)
+    wanted = _wanted(args, header, first_dims)
     t0 = time.perf_counter()
-    with open_new_or_existing(path, dims, metric) as store, progress_bar(err) as progress:
-        if model:
-            current = store.embed_model()
-            if not current:
-                store.set_embed_model(model)
-            elif current != model:
-                err.print(f"warning: the store embeds with {current!r}, the file with {model!r}")
-        task = progress.add_task(f"importing {args.file}", total=src.size, rows=0)
+    with contextlib.ExitStack() as stack:
+        store = open_existing(path, "import")
+        if store is not None:
+            stack.enter_context(store)
+            _check_existing(store, path, args, wanted)
+        elif wanted.dims is None:
+            raise CliError(
+                f"{path} is a new store: pass --dims N (the file has no export header and its "
+                "first line no embedding to take the dims from)"
+            )
+        elif not args.atomic:
+            store = stack.enter_context(create_store(path, wanted.dims, wanted.metric, "import"))
+        # An atomic import into a new store checks the file against an empty in-memory
+        # store and creates the real one only once every line proved good.
+        checked = (
+            store
+            if store is not None
+            else stack.enter_context(Store.open(None, dims=wanted.dims, metric=wanted.metric))
+        )
+        if store is not None and not args.atomic:
+            _adopt_model(store, header, err)
+        progress = stack.enter_context(progress_bar(err))
+        task = progress.add_task(f"importing {src.name}", total=src.size, rows=0)
 
         def on_error(lineno: int, message: str) -> None:
             progress.console.print(f"line {lineno}: {message}", markup=False, highlight=False)
 
         imp = Importer(
-            store,
+            checked,
             batch=args.batch,
             default_ns=args.namespace,
             on_error=on_error,
-            next_event_id=next_event_id,
+            next_event_id=0 if header is None else header.next_event_id,
+            on_existing=args.on_existing,
+            atomic=args.atomic,
         )
-        for n, (lineno, line) in enumerate(_chain(pending, records), start=1):
-            obj, problem = decode_line(line)
+        for n, (lineno, line, problem) in enumerate(itertools.chain(pending, records), start=1):
+            if problem is None:
+                obj, problem = decode_line(line)
             if problem is None:
                 imp.add(lineno, obj)
             else:
                 imp.bad_line(lineno, problem, None)
             if n % 256 == 0:
                 progress.update(task, completed=src.position(), rows=n)
-        summary = imp.finish()
+        if args.atomic and not imp.summary.bad:
+            if store is None:
+                assert wanted.dims is not None  # a new store without dims was refused above
+                store = stack.enter_context(
+                    create_store(path, wanted.dims, wanted.metric, "import")
+                )
+            _adopt_model(store, header, err)
+        summary = imp.finish(into=store)
     _print_summary(out, summary, time.perf_counter() - t0)
     return 1 if summary.bad else 0
 
 
-def _chain(
-    first: list[tuple[int, bytes]], rest: Iterator[tuple[int, bytes]]
-) -> Iterator[tuple[int, bytes]]:
-    yield from first
-    yield from rest
+def _wanted(args: argparse.Namespace, header: Header | None, first_dims: int | None) -> _Wanted:
+    """The store settings an import asks for; refuses options that contradict the file."""
+    dims: int | None = args.dims
+    hdims = None if header is None else header.dims
+    if dims is not None and hdims is not None and dims != hdims:
+        raise CliError(
+            f"--dims {dims} does not match the file: its export header says its vectors have "
+            f"{hdims} dims. Omit --dims to use the header's {hdims} (to change the dims, "
+            "re-embed the content and import plain lines)"
+        )
+    metric: Metric | None = args.metric
+    if metric is None and header is not None:
+        metric = header.metric
+    return _Wanted(dims or hdims or first_dims, metric, header, first_dims)
+
+
+def _check_existing(store: Store, path: Path, args: argparse.Namespace, wanted: _Wanted) -> None:
+    """Refuse an import whose settings contradict the existing store's, saying what to type."""
+    st = store.stats()
+    dims, metric = int(st["dims"]), str(st["metric"])
+    header = wanted.header
+    problem = ""
+    if header is not None and header.dims is not None and header.dims != dims:
+        problem = (
+            f"the file's vectors have {header.dims} dims (its export header says so) and "
+            f"store {path} has {dims}: import it into a new store (--store NEW_DIR), or re-embed "
+            "its content with the store's model"
+        )
+    elif args.dims is not None and args.dims != dims:
+        problem = (
+            f"store {path} has {dims} dims, not {args.dims}: omit --dims (an existing store "
+            f"keeps its dims), or pass --store NEW_DIR to create a {args.dims}-dim store"
+        )
+    elif header is None and args.dims is None and wanted.first_dims not in (None, dims):
+        problem = (
+            f"the first line's embedding has {wanted.first_dims} dims and store {path} has "
+            f"{dims}: import the file into a new store (--store NEW_DIR --dims "
+            f"{wanted.first_dims}), or re-embed it with the store's model"
+        )
+    elif args.metric is not None and args.metric != metric:
+        problem = (
+            f"store {path} uses metric {metric}, not {args.metric}: omit --metric (an existing "
+            f"store keeps its metric), or pass --store NEW_DIR to create a {args.metric} store"
+        )
+    elif wanted.metric is not None and wanted.metric != metric:
+        problem = (
+            f"the file comes from a store with metric {wanted.metric} and store {path} uses "
+            f"{metric}: pass --metric {metric} to import into it anyway (its searches score "
+            f"with {metric}), or import into a new store (--store NEW_DIR)"
+        )
+    if problem:
+        raise CliError(f"nothing imported: {problem}")
+
+
+def _adopt_model(store: Store, header: Header | None, err: Console) -> None:
+    """Record the file's embedding model in a store that has none; warn when they differ."""
+    model = "" if header is None else header.embed_model
+    if not model:
+        return
+    current = store.embed_model()
+    if not current:
+        store.set_embed_model(model)
+    elif current != model:
+        err.print(
+            f"warning: the store embeds with {current!r}, the file with {model!r}",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _print_summary(out: Console, s: ImportSummary, seconds: float) -> None:
     def say(text: str) -> None:
         out.print(text, markup=False, highlight=False)
 
+    lines = ", ".join(str(n) for n, _ in s.errors[:20])
+    more = f" and {len(s.errors) - 20} more" if len(s.errors) > 20 else ""
+    if not s.written:
+        say(
+            f"nothing imported (--atomic): {s.bad} bad line(s): {lines}{more} "
+            "(reasons on stderr); fix them and run the import again"
+        )
+        return
     say(f"import finished in {seconds:.1f} s")
     kinds = [("memories", s.memories), ("links", s.links), ("api keys", s.api_keys)]
     for name, c in [*kinds, ("events", s.events)]:
         if c.read or name == "memories":
+            updated = f"{c.updated:,} updated, " if s.on_existing == "update" else ""
             say(
-                f"  {name + ':':<10}{c.read:>10,} read, {c.inserted:,} inserted, "
+                f"  {name + ':':<10}{c.read:>10,} read, {c.inserted:,} inserted, {updated}"
                 f"{c.skipped:,} skipped (already stored), {c.bad:,} bad"
             )
     if s.other_bad:
         say(f"  {'other:':<10}{s.other_bad:>10,} bad (unreadable lines, unknown record types)")
+    skipped = [(name, c.skipped) for name, c in kinds if c.skipped]
+    if skipped:
+        parts = ", ".join(f"{n:,} {name}" for name, n in skipped)
+        say(
+            f"note: skipped {sum(n for _, n in skipped):,} record(s) already stored or earlier "
+            f"in the file ({parts}), without comparing them: --on-existing update overwrites "
+            "them, --on-existing fail reports them"
+        )
     for note in s.notes:
         say(f"note: {note}")
     if s.bad:
-        lines = ", ".join(str(n) for n, _ in s.errors[:20])
-        more = f" and {len(s.errors) - 20} more" if len(s.errors) > 20 else ""
         say(f"{s.bad} bad line(s) not imported: {lines}{more} (reasons on stderr)")
 
 
@@ -233,7 +366,10 @@ def cmd_export(args: argparse.Namespace, out: Console, err: Console) -> int:
         total = int(store.stats()["rows"])
         target: IO[str] = sys.stdout  # the export is ASCII: any stdout encoding takes it
         if args.output not in (None, "-"):
-            target = stack.enter_context(open(args.output, "w", encoding="ascii", newline="\n"))
+            try:
+                target = stack.enter_context(open(args.output, "w", encoding="ascii", newline="\n"))
+            except OSError as e:
+                raise CliError(f"cannot write {args.output}: {e.strerror}") from None
         progress = stack.enter_context(progress_bar(err))
         task = progress.add_task("exporting", total=total, rows=0)
         done = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Literal
 
@@ -14,22 +15,19 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from memini.errors import (
-    DimensionMismatchError,
-    InvalidArgumentError,
-    MeminiError,
-    StoreLockedError,
-)
+from memini.errors import InvalidArgumentError, MeminiError, StoreLockedError
 from memini.store import Store
 
 __all__ = [
     "METRICS",
     "CliError",
     "Metric",
+    "create_store",
     "locked_message",
-    "open_new_or_existing",
+    "open_existing",
     "open_store",
     "progress_bar",
+    "store_dir",
 ]
 
 METRICS = ("l2", "cos", "ip")
@@ -40,6 +38,16 @@ Metric = Literal["l2", "cos", "ip"]
 
 class CliError(Exception):
     """A failure reported to the user as one message, with exit status 1."""
+
+
+def store_dir(text: str) -> str:
+    """The ``--store`` argument: a directory path, never empty (an empty path would mean
+    the current directory, which is never what was meant)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "the store directory must not be empty (write --store . for the current directory)"
+        )
+    return text
 
 
 def locked_message(path: Path, what: str) -> str:
@@ -70,23 +78,26 @@ def open_store(
         raise CliError(f"cannot open store {path}: {e}") from None
 
 
-def open_new_or_existing(path: Path, dims: int | None, metric: Metric | None) -> Store:
-    """Open for import: a new store needs dims; an existing one checks any given dims."""
+def open_existing(path: Path, what: str) -> Store | None:
+    """The store in ``path`` opened with its own settings, or None when there is none yet."""
+    try:
+        return Store.open(path)
+    except StoreLockedError:
+        raise CliError(locked_message(path, what)) from None
+    except InvalidArgumentError:
+        return None  # Store.open needs dims to create a store, and creates nothing without
+    except MeminiError as e:
+        raise CliError(f"cannot open store {path}: {e}") from None
+
+
+def create_store(path: Path, dims: int, metric: Metric | None, what: str) -> Store:
+    """Create the store in ``path`` (where `open_existing` found none)."""
     try:
         return Store.open(path, dims=dims, metric=metric)
     except StoreLockedError:
-        raise CliError(locked_message(path, "import")) from None
-    except DimensionMismatchError as e:
-        raise CliError(f"cannot import into {path}: {e}") from None
-    except InvalidArgumentError as e:
-        if dims is None:
-            raise CliError(
-                f"{path} is a new store: pass --dims N (the file has no export header and its "
-                "first line no embedding to take the dims from)"
-            ) from None
-        raise CliError(f"cannot open store {path}: {e}") from None
+        raise CliError(locked_message(path, what)) from None
     except MeminiError as e:
-        raise CliError(f"cannot open store {path}: {e}") from None
+        raise CliError(f"cannot create a store in {path}: {e}") from None
 
 
 def progress_bar(console: Console) -> Progress:

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from rich.console import Console
 
-from memini.cli.common import open_new_or_existing, progress_bar
+from memini.cli.common import CliError, create_store, open_existing, progress_bar
 from memini.cli.importer import Importer
 from memini.errors import MeminiError
 from memini.store import Store
@@ -79,6 +79,21 @@ def _timed(fn: Callable[[], list[Scored]]) -> tuple[list[Scored], float]:
     return hits, (time.perf_counter() - t0) * 1000
 
 
+def _open_demo_store(path: Path, dims: int) -> Store:
+    """The demo's store: created for the sample, or one a previous run created."""
+    store = open_existing(path, "demo")
+    if store is None:
+        return create_store(path, dims, "cos", "demo")
+    st = store.stats()
+    if (st["dims"], st["metric"]) != (dims, "cos"):
+        store.close()
+        raise CliError(
+            f"store {path} has {st['dims']} dims and metric {st['metric']}, the demo's sample "
+            f"{dims} dims and cos: pass --store NEW_DIR for a store of its own"
+        )
+    return store
+
+
 def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini demo``: import the shipped sample into a store and run a few recalls."""
     sample = _load_sample()
@@ -89,7 +104,7 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     def say(text: str = "") -> None:
         out.print(text, markup=False, highlight=False)
 
-    store = open_new_or_existing(path, dims, "cos")
+    store = _open_demo_store(path, dims)
     with store:
         if not store.embed_model():
             store.set_embed_model(sample.model)

@@ -2,10 +2,15 @@
 
 Version 1 is one JSON object per line: a header ``{"type": "memini-export", "version": 1,
 "dims": .., "metric": .., "embed_model": .., "next_event_id": ..}`` (the id the store hands
-the next event; absent in older exports), then ``"type": "memory"`` records (every `Memory`
-field; datetimes ISO-8601 UTC with microseconds; ``embedding`` a list of floats that parse back
-to the same float32 values, or null) ordered by namespace then ``created_at``, then ``"link"``,
-``"api_key"`` (hashes only) and ``"event"`` records (with their ids, ascending).
+the next event; absent in older exports), then ``"type": "memory"`` records ordered by
+namespace then ``created_at``, then ``"link"``, ``"api_key"`` (hashes only) and ``"event"``
+records (with their ids, ascending).
+
+A record's fields are the fields of its dataclass (`Memory`, `NamespaceLink`, `APIKey`,
+`Event`), by name and in order (an event's ``id`` first): adding a field to a dataclass adds
+it to the format. Datetimes are ISO-8601 UTC with microseconds, enum members their values,
+``embedding`` a list of floats that parse back to the same float32 values, or null. Reading,
+a missing or null field takes the dataclass default and an unknown field is an error.
 
 Plain lines such as ``{"content": "...", "embedding": [...]}`` are memories too: a missing
 ``type`` means a memory, a missing ``id`` gets `memini.new_id`, a missing ``namespace`` the
@@ -14,8 +19,11 @@ importer's default.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -23,16 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memini.cli.common import METRICS, CliError, Metric
-from memini.types import (
-    APIKey,
-    Event,
-    EventKind,
-    Level,
-    Memory,
-    NamespaceLink,
-    Tier,
-    new_id,
-)
+from memini.types import APIKey, Event, Memory, NamespaceLink, new_id
 
 __all__ = [
     "EVENT_FIELDS",
@@ -42,16 +41,17 @@ __all__ = [
     "LINK_FIELDS",
     "MEMORY_FIELDS",
     "BadRecord",
-    "Fields",
+    "Header",
     "decode_line",
     "dumps",
     "event_record",
-    "header_settings",
     "json_type",
     "key_record",
     "link_record",
+    "memory_identity",
     "memory_record",
     "parse_event",
+    "parse_header",
     "parse_key",
     "parse_link",
     "parse_memory",
@@ -62,9 +62,18 @@ EXPORT_TYPE = "memini-export"
 EXPORT_VERSION = 1
 """The export format version this module writes and the newest it reads."""
 
-_MAX_EVENT_ID = 2**63 - 1  # SQLite's largest rowid
+_Record = Memory | NamespaceLink | APIKey | Event
 
-_E = TypeVar("_E", Tier, Level, EventKind)
+
+def _names(cls: type[_Record]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+# A record's fields are the dataclass's fields, in its order (events put their id first).
+MEMORY_FIELDS = _names(Memory)
+LINK_FIELDS = _names(NamespaceLink)
+KEY_FIELDS = _names(APIKey)
+EVENT_FIELDS = ("id", *(name for name in _names(Event) if name != "id"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,10 +81,8 @@ _E = TypeVar("_E", Tier, Level, EventKind)
 # --------------------------------------------------------------------------------------------
 
 
-def _iso(dt: datetime | None) -> str | None:
-    """ISO-8601 UTC with microseconds and a ``Z``, or None."""
-    if dt is None:
-        return None
+def _iso(dt: datetime) -> str:
+    """ISO-8601 UTC with microseconds and a ``Z``."""
     return dt.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
@@ -94,210 +101,60 @@ def _f32_list(vec: npt.NDArray[np.float32]) -> list[float]:
     return short
 
 
+def _json_value(value: object) -> object:
+    """A field's value as JSON data: datetimes as ISO text, enum members as their values."""
+    if isinstance(value, datetime):
+        return _iso(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _record(kind: str, obj: _Record, names: tuple[str, ...]) -> dict[str, Any]:
+    return {"type": kind, **{name: _json_value(getattr(obj, name)) for name in names}}
+
+
 def dumps(obj: dict[str, Any]) -> str:
     """One record as one line of ASCII JSON (no newline)."""
     return json.dumps(obj, ensure_ascii=True, allow_nan=False)
 
 
 def memory_record(m: Memory, embedding: npt.NDArray[np.float32] | None) -> dict[str, Any]:
-    """The export record of a memory and its vector."""
-    return {
-        "type": "memory",
-        "id": m.id,
-        "namespace": m.namespace,
-        "content": m.content,
-        "tier": str(m.tier),
-        "level": None if m.level is None else str(m.level),
-        "summary": m.summary,
-        "metadata": m.metadata,
-        "tags": m.tags,
-        "importance": m.importance,
-        "created_at": _iso(m.created_at),
-        "updated_at": _iso(m.updated_at),
-        "last_accessed_at": _iso(m.last_accessed_at),
-        "access_count": m.access_count,
-        "expires_at": _iso(m.expires_at),
-        "superseded_by": m.superseded_by,
-        "valid_from": _iso(m.valid_from),
-        "valid_to": _iso(m.valid_to),
-        "confidence": m.confidence,
-        "linked_memory_ids": m.linked_memory_ids,
-        "embedding": None if embedding is None else _f32_list(embedding),
-    }
+    """The export record of a memory and its vector (rows read back carry no embedding)."""
+    record = _record("memory", m, MEMORY_FIELDS)
+    record["embedding"] = None if embedding is None else _f32_list(embedding)
+    return record
 
 
 def link_record(link: NamespaceLink) -> dict[str, Any]:
     """The export record of a namespace link."""
-    return {
-        "type": "link",
-        "src": link.src,
-        "dst": link.dst,
-        "tiers": None if link.tiers is None else [str(t) for t in link.tiers],
-        "note": link.note,
-        "created_at": _iso(link.created_at),
-    }
+    return _record("link", link, LINK_FIELDS)
 
 
 def key_record(key: APIKey) -> dict[str, Any]:
     """The export record of an API key (its hash, never a secret)."""
-    return {
-        "type": "api_key",
-        "name": key.name,
-        "hash": key.hash,
-        "home_ns": key.home_ns,
-        "default_ns": key.default_ns,
-        "created_at": _iso(key.created_at),
-        "disabled": key.disabled,
-    }
+    return _record("api_key", key, KEY_FIELDS)
 
 
 def event_record(e: Event) -> dict[str, Any]:
     """The export record of an event, with its id."""
-    return {
-        "type": "event",
-        "id": e.id,
-        "op_id": e.op_id,
-        "kind": str(e.kind),
-        "namespace": e.namespace,
-        "query": e.query,
-        "memory_id": e.memory_id,
-        "memory_ns": e.memory_ns,
-        "memory_tier": None if e.memory_tier is None else str(e.memory_tier),
-        "memory_summary": e.memory_summary,
-        "rank": e.rank,
-        "score": e.score,
-        "detail": e.detail,
-        "created_at": _iso(e.created_at),
-    }
+    return _record("event", e, EVENT_FIELDS)
 
 
 # --------------------------------------------------------------------------------------------
 # JSON -> values
 # --------------------------------------------------------------------------------------------
+#
+# Parsing only translates JSON into the dataclass: ISO text into datetimes, JSON numbers into
+# floats where the field is a float, a missing or null field into the dataclass default.
+# Whether the values are acceptable is decided by the facade's own validators (the importer
+# calls them), so a file and a Python caller meet the same rules and the same messages.
 
 
 class BadRecord(Exception):
     """A line that cannot be imported; the message says why."""
-
-
-_MISSING: Any = object()
-
-
-class Fields:
-    """Typed, strict access to the fields of one JSON record (unknown fields are an error)."""
-
-    def __init__(self, obj: dict[str, Any], kind: str, allowed: Sequence[str]) -> None:
-        unknown = sorted(set(obj) - set(allowed) - {"type"})
-        if unknown:
-            raise BadRecord(
-                f"unknown field(s) {', '.join(map(repr, unknown))} in a {kind} record "
-                f"(fields: {', '.join(allowed)})"
-            )
-        self._obj = obj
-
-    def _get(self, key: str, expected: str) -> Any:
-        value = self._obj.get(key, _MISSING)
-        if value is _MISSING:
-            raise BadRecord(f"missing field {key!r} ({expected})")
-        return value
-
-    def text(self, key: str, default: str | None = None, *, nonempty: bool = False) -> str:
-        value = self._obj.get(key, default)
-        if value is None:
-            value = self._get(key, "a string")
-        if not isinstance(value, str):
-            raise BadRecord(f"field {key!r} must be a string, got {json_type(value)}")
-        if nonempty and not value:
-            raise BadRecord(f"field {key!r} must not be empty")
-        return value
-
-    def opt_text(self, key: str) -> str | None:
-        value = self._obj.get(key)
-        if value is not None and not isinstance(value, str):
-            raise BadRecord(f"field {key!r} must be a string or null, got {json_type(value)}")
-        return value
-
-    def number(self, key: str, default: float) -> float:
-        value = self._obj.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise BadRecord(f"field {key!r} must be a number, got {json_type(value)}")
-        return float(value)
-
-    def opt_number(self, key: str) -> float | None:
-        value = self._obj.get(key)
-        return None if value is None else self.number(key, 0.0)
-
-    def integer(self, key: str, default: int) -> int:
-        value = self._obj.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise BadRecord(f"field {key!r} must be an integer, got {json_type(value)}")
-        return value
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self._obj.get(key, default)
-        if not isinstance(value, bool):
-            raise BadRecord(f"field {key!r} must be true or false, got {json_type(value)}")
-        return value
-
-    def moment(self, key: str) -> datetime | None:
-        value = self._obj.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise BadRecord(
-                f"field {key!r} must be an ISO-8601 string or null, got {json_type(value)}"
-            )
-        try:
-            dt = datetime.fromisoformat(value)
-        except ValueError:
-            raise BadRecord(f"field {key!r}: {value!r} is not an ISO-8601 datetime") from None
-        return dt.replace(tzinfo=UTC) if dt.utcoffset() is None else dt.astimezone(UTC)
-
-    def texts(self, key: str) -> list[str]:
-        value = self._obj.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-            raise BadRecord(f"field {key!r} must be a list of strings")
-        return cast("list[str]", value)
-
-    def mapping(self, key: str) -> dict[str, Any]:
-        value = self._obj.get(key, {})
-        if not isinstance(value, dict):
-            raise BadRecord(f"field {key!r} must be an object, got {json_type(value)}")
-        return cast("dict[str, Any]", value)
-
-    def enum(self, cls: type[_E], key: str, default: _E | None) -> _E | None:
-        value = self._obj.get(key, default)
-        if value is None or isinstance(value, cls):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            allowed = ", ".join(m.value for m in cls)
-            raise BadRecord(f"field {key!r}: {value!r} is not one of {allowed}") from None
-
-    def embedding(self, key: str, dims: int) -> npt.NDArray[np.float32] | None:
-        value = self._obj.get(key)
-        if value is None:
-            return None
-        if isinstance(value, np.ndarray):  # the demo hands arrays in directly
-            arr = value.astype(np.float32, copy=False).reshape(-1)
-        else:
-            if not isinstance(value, list) or not all(
-                isinstance(x, int | float) and not isinstance(x, bool) for x in value
-            ):
-                raise BadRecord(f"field {key!r} must be a list of numbers or null")
-            with np.errstate(over="ignore"):
-                arr = np.asarray(value, dtype=np.float32)
-        if arr.size == 0:
-            return None
-        if arr.size != dims:
-            raise BadRecord(
-                f"embedding has {arr.size} dims, the store expects {dims} "
-                "(import into a store opened with that many dims, or re-embed)"
-            )
-        if not np.isfinite(arr).all():
-            raise BadRecord("embedding holds NaN or infinite values (or values beyond float32)")
-        return arr
 
 
 def json_type(value: object) -> str:
@@ -307,132 +164,173 @@ def json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-MEMORY_FIELDS = (
-    *("id", "namespace", "content", "tier", "level", "summary", "metadata", "tags"),
-    *("importance", "created_at", "updated_at", "last_accessed_at", "access_count"),
-    *("expires_at", "superseded_by", "valid_from", "valid_to", "confidence"),
-    *("linked_memory_ids", "embedding"),
-)
-LINK_FIELDS = ("src", "dst", "tiers", "note", "created_at")
-KEY_FIELDS = ("name", "hash", "home_ns", "default_ns", "created_at", "disabled")
-EVENT_FIELDS = (
-    *("id", "op_id", "kind", "namespace", "query", "memory_id", "memory_ns", "memory_tier"),
-    *("memory_summary", "rank", "score", "detail", "created_at"),
-)
+def _annotation(f: dataclasses.Field[Any]) -> str:
+    return f.type if isinstance(f.type, str) else str(f.type)
 
 
-def parse_memory(obj: dict[str, Any], default_ns: str, dims: int) -> Memory:
-    """The `Memory` of a memory record (a missing id gets `new_id`)."""
-    f = Fields(obj, "memory", MEMORY_FIELDS)
-    return Memory(
-        id=f.opt_text("id") or new_id(),
-        namespace=f.opt_text("namespace") or default_ns,
-        content=f.text("content"),
-        tier=f.enum(Tier, "tier", Tier.SEMANTIC) or Tier.SEMANTIC,
-        level=f.enum(Level, "level", None),
-        summary=f.text("summary", ""),
-        metadata=f.mapping("metadata"),
-        tags=f.texts("tags"),
-        importance=f.number("importance", 0.0),
-        created_at=f.moment("created_at"),
-        updated_at=f.moment("updated_at"),
-        last_accessed_at=f.moment("last_accessed_at"),
-        access_count=f.integer("access_count", 0),
-        expires_at=f.moment("expires_at"),
-        superseded_by=f.opt_text("superseded_by"),
-        valid_from=f.moment("valid_from"),
-        valid_to=f.moment("valid_to"),
-        confidence=f.opt_number("confidence"),
-        linked_memory_ids=f.texts("linked_memory_ids"),
-        embedding=f.embedding("embedding", dims),
-    )
+def _moment(name: str, value: object) -> datetime:
+    if not isinstance(value, str):
+        raise BadRecord(
+            f"field {name!r} must be an ISO-8601 string or null, got {json_type(value)}"
+        )
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadRecord(f"field {name!r}: {value!r} is not an ISO-8601 datetime") from None
+    return dt if dt.utcoffset() is not None else dt.replace(tzinfo=UTC)
+
+
+def _number(name: str, value: object) -> object:
+    """A JSON integer in a float field as a float (other values are left to the validators)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            raise BadRecord(f"field {name!r}: {value} is too large for a float") from None
+    return value
+
+
+_Convert = Callable[[str, object], object]
+
+
+def _converters(cls: type[_Record]) -> dict[str, _Convert | None]:
+    out: dict[str, _Convert | None] = {}
+    for f in dataclasses.fields(cls):
+        kind = _annotation(f).replace(" ", "")
+        if "datetime" in kind:
+            out[f.name] = _moment
+        elif kind in ("float", "float|None"):
+            out[f.name] = _number
+        else:
+            out[f.name] = None
+    return out
+
+
+_CONVERTERS = {cls: _converters(cls) for cls in (Memory, NamespaceLink, APIKey, Event)}
+_REQUIRED = {
+    cls: {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    for cls in _CONVERTERS
+}
+
+_T = TypeVar("_T", Memory, NamespaceLink, APIKey, Event)
+
+
+def _parse(
+    cls: type[_T], kind: str, obj: dict[str, Any], defaults: dict[str, Callable[[], object]]
+) -> _T:
+    converters = _CONVERTERS[cls]
+    unknown = sorted(set(obj) - set(converters) - {"type"})
+    if unknown:
+        raise BadRecord(
+            f"unknown field(s) {', '.join(map(repr, unknown))} for type {kind!r} "
+            f"(its fields: {', '.join(converters)})"
+        )
+    values: dict[str, Any] = {}  # raw JSON values: the validators judge them
+    for name, convert in converters.items():
+        value = obj.get(name)
+        if value is None:
+            if name in defaults:
+                values[name] = defaults[name]()
+            elif name in _REQUIRED[cls]:
+                raise BadRecord(f"missing field {name!r} (type {kind!r} requires it)")
+            continue  # the dataclass default
+        values[name] = value if convert is None else convert(name, value)
+    return cls(**values)
+
+
+def memory_identity(obj: dict[str, Any], default_ns: str) -> tuple[str, str] | None:
+    """``(namespace, id)`` of a memory record as given, or None when it has no usable id
+    (it then gets a new one, or is refused when parsed)."""
+    id_, ns = obj.get("id"), obj.get("namespace")
+    ns = default_ns if ns is None else ns
+    if isinstance(id_, str) and id_ and isinstance(ns, str) and ns:
+        return ns, id_
+    return None
+
+
+def parse_memory(obj: dict[str, Any], default_ns: str) -> Memory:
+    """The `Memory` of a memory record: a missing id gets `new_id`, a missing namespace
+    ``default_ns``; values are not validated."""
+    return _parse(Memory, "memory", obj, {"id": new_id, "namespace": lambda: default_ns})
 
 
 def parse_link(obj: dict[str, Any]) -> NamespaceLink:
-    """The `NamespaceLink` of a link record."""
-    f = Fields(obj, "link", LINK_FIELDS)
-    tiers: list[Tier] | None = None
-    if obj.get("tiers") is not None:
-        try:
-            tiers = [Tier(t) for t in f.texts("tiers")]
-        except ValueError as e:
-            raise BadRecord(f"field 'tiers': {e}") from None
-    return NamespaceLink(
-        src=f.text("src", nonempty=True),
-        dst=f.text("dst", nonempty=True),
-        tiers=tiers,
-        note=f.text("note", ""),
-        created_at=f.moment("created_at"),
-    )
+    """The `NamespaceLink` of a link record; values are not validated."""
+    return _parse(NamespaceLink, "link", obj, {})
 
 
 def parse_key(obj: dict[str, Any]) -> APIKey:
-    """The `APIKey` of an api_key record."""
-    f = Fields(obj, "api_key", KEY_FIELDS)
-    return APIKey(
-        name=f.text("name", nonempty=True),
-        hash=f.text("hash", nonempty=True),
-        home_ns=f.text("home_ns", ""),
-        default_ns=f.text("default_ns", ""),
-        created_at=f.moment("created_at"),
-        disabled=f.boolean("disabled", False),
-    )
+    """The `APIKey` of an api_key record; values are not validated."""
+    return _parse(APIKey, "api_key", obj, {})
 
 
 def parse_event(obj: dict[str, Any]) -> Event:
-    """The `Event` of an event record (id 0 when it has none)."""
-    f = Fields(obj, "event", EVENT_FIELDS)
-    event_id = f.integer("id", 0)
-    if not 0 <= event_id <= _MAX_EVENT_ID:
-        raise BadRecord("field 'id' must be between 1 and 2**63-1 (or absent for a new event)")
-    return Event(
-        op_id=f.text("op_id", nonempty=True),
-        kind=f.enum(EventKind, "kind", None) or EventKind(f.text("kind")),
-        namespace=f.text("namespace"),
-        query=f.text("query", ""),
-        memory_id=f.text("memory_id", ""),
-        memory_ns=f.text("memory_ns", ""),
-        memory_tier=f.enum(Tier, "memory_tier", None),
-        memory_summary=f.text("memory_summary", ""),
-        rank=f.integer("rank", 0),
-        score=f.opt_number("score"),
-        detail=f.mapping("detail"),
-        created_at=f.moment("created_at"),
-        id=event_id,
-    )
+    """The `Event` of an event record (id 0 when it has none); values are not validated."""
+    return _parse(Event, "event", obj, {})
 
 
 def decode_line(line: bytes) -> tuple[object, str | None]:
-    """The JSON value of a line, or an error message."""
+    """The JSON value of one line of a file, or an error message naming the column."""
     try:
-        return json.loads(line), None
+        text = line.decode("utf-8-sig").rstrip("\r\n")
     except UnicodeDecodeError as e:
-        return None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+        return None, f"not valid UTF-8 ({e.reason} at byte {e.start + 1})"
+    try:
+        return json.loads(text), None
     except json.JSONDecodeError as e:
-        return None, f"invalid JSON: {e.msg} (column {e.colno})"
+        ends = " (the line ends there: is it cut short?)" if e.pos >= len(text.rstrip()) else ""
+        return None, f"invalid JSON at column {e.colno}: {e.msg}{ends}"
     except RecursionError:
         return None, "invalid JSON: nested too deeply"
 
 
-def header_settings(
-    obj: dict[str, Any], dims: int | None, metric: Metric | None
-) -> tuple[int | None, Metric | None, str, int]:
-    """dims, metric, embed model and next event id (0 = not given) from an export header
-    (the options win)."""
+@dataclass
+class Header:
+    """What an export header says about the store it came from."""
+
+    dims: int | None = None
+    metric: Metric | None = None
+    embed_model: str = ""
+    next_event_id: int = 0  # 0 = not given
+
+
+def parse_header(obj: dict[str, Any], *, need_metric: bool) -> Header:
+    """The settings of an export header (the first line of a file).
+
+    Args:
+        obj: The header record.
+        need_metric: Whether the header's metric is used (no ``--metric`` given); an
+            unknown one is then an error.
+
+    Raises:
+        CliError: A version this memini cannot read, or a malformed setting.
+    """
     version = obj.get("version")
-    if not isinstance(version, int) or version < 1:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise CliError(f"line 1: export header without a valid version: {version!r}")
     if version > EXPORT_VERSION:
         raise CliError(
             f"line 1: export format version {version} is newer than this memini reads "
             f"({EXPORT_VERSION}); upgrade memini"
         )
-    hdims, hmetric, model = obj.get("dims"), obj.get("metric"), obj.get("embed_model", "")
-    if dims is None and isinstance(hdims, int) and not isinstance(hdims, bool):
-        dims = hdims
-    if metric is None and hmetric in METRICS:
-        metric = cast("Metric", hmetric)
+    dims, metric, model = obj.get("dims"), obj.get("metric"), obj.get("embed_model", "")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise CliError(f"line 1: export header with an invalid dims: {dims!r}")
+    if metric is not None and metric not in METRICS and need_metric:
+        raise CliError(
+            f"line 1: export header with an unknown metric {metric!r}: pass --metric "
+            f"({', '.join(METRICS)})"
+        )
     next_event_id = obj.get("next_event_id", 0)
     if isinstance(next_event_id, bool) or not isinstance(next_event_id, int) or next_event_id < 0:
         raise CliError(f"line 1: export header with an invalid next_event_id: {next_event_id!r}")
-    return dims, metric, model if isinstance(model, str) else "", next_event_id
+    return Header(
+        dims=dims,
+        metric=cast("Metric", metric) if metric in METRICS else None,
+        embed_model=model if isinstance(model, str) else "",
+        next_event_id=next_event_id,
+    )
