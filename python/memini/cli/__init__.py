@@ -166,5 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except KeyboardInterrupt:
-        err.print("interrupted; every batch that finished is stored")
+        if getattr(args, "atomic", False):
+            err.print("interrupted; an --atomic import writes nothing before the file is checked")
+        else:
+            err.print("interrupted; every batch that finished is stored")
         return 130
