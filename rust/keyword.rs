@@ -622,6 +622,12 @@ impl KeywordIndex {
         self.shared.fold()
     }
 
+    /// A handle that commits from another thread, without the engine's state lock.
+    #[must_use]
+    pub fn committer(&self) -> Committer {
+        Committer(Arc::clone(&self.shared))
+    }
+
     /// The query's terms: analyzer tokens of its words of >= 2 letters/digits, deduplicated.
     fn terms(&self, query: &str) -> Vec<(String, Term)> {
         let mut analyzer = analyzer();
@@ -796,6 +802,22 @@ impl KeywordIndex {
         }
         let _d = self.shared.delta.write();
         self.shared.reload()
+    }
+}
+
+/// Commits the index from a thread that does not hold it (the checkpointer).
+pub struct Committer(Arc<Shared>);
+
+impl Committer {
+    /// Commits buffered and queued changes (if any) and reloads the reader.
+    pub fn commit(&self) -> Result<()> {
+        self.0.fold()
+    }
+
+    /// The changelog sequence the committed index reflects.
+    #[must_use]
+    pub fn committed_seq(&self) -> u64 {
+        self.0.writer.lock().committed
     }
 }
 

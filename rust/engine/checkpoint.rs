@@ -1,12 +1,90 @@
 //! Checkpoints (both derived indexes written with the changelog sequence they reflect, and
 //! the changelog they cover dropped), backups and compaction.
+//!
+//! A checkpoint runs off the write path: the commit leader only asks for one; a background
+//! thread takes it. It holds the state lock just long enough to freeze the vector graphs at a
+//! sequence, saves them and commits the keyword index with no lock held (writes meanwhile go
+//! to the graphs' overlays), then thaws the graphs and drains the overlays into them in small
+//! steps. `checkpointing` makes checkpoints, backups and compactions take turns.
 
 use std::fs;
 use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::{Engine, Inner};
 use crate::error::{Error, Result};
-use crate::rows::RowStore;
+
+/// Overlay vectors moved into their graphs per hold of the state lock.
+const DRAIN_STEP: usize = 32;
+
+/// The background thread that takes checkpoints when the commit leader asks.
+#[derive(Default)]
+pub(super) struct Checkpointer {
+    flags: Mutex<Flags>,
+    wake: Condvar,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct Flags {
+    due: bool,
+    stop: bool,
+}
+
+impl Checkpointer {
+    /// Starts the thread for `inner` (stores on disk only).
+    pub(super) fn start(inner: &Arc<Inner>) -> Result<()> {
+        if inner.dir.is_none() {
+            return Ok(());
+        }
+        let owner = Arc::clone(inner);
+        let handle = std::thread::Builder::new()
+            .name("memini-checkpoint".into())
+            .spawn(move || owner.checkpointer.run(&owner))
+            .map_err(|e| Error::storage("checkpoint thread", e))?;
+        *inner.checkpointer.thread.lock() = Some(handle);
+        Ok(())
+    }
+
+    /// Asks for a checkpoint (returns at once).
+    pub(super) fn request(&self) {
+        self.flags.lock().due = true;
+        self.wake.notify_one();
+    }
+
+    /// Stops the thread, after the checkpoint it may be taking.
+    pub(super) fn stop(&self) {
+        self.flags.lock().stop = true;
+        self.wake.notify_one();
+        if let Some(t) = self.thread.lock().take() {
+            if t.join().is_err() {
+                log::error!("the checkpoint thread panicked");
+            }
+        }
+    }
+
+    fn run(&self, inner: &Inner) {
+        let mut flags = self.flags.lock();
+        loop {
+            while !flags.due && !flags.stop {
+                self.wake.wait(&mut flags);
+            }
+            if flags.stop {
+                return;
+            }
+            flags.due = false;
+            drop(flags);
+            if let Err(e) = inner.checkpoint(false) {
+                // the rows hold every change: a later checkpoint (or the next open) catches up
+                log::error!("index checkpoint failed: {e}");
+            }
+            flags = self.flags.lock();
+        }
+    }
+}
 
 impl Engine {
     /// Writes a consistent copy of the store into the new directory `dest`.
@@ -18,6 +96,7 @@ impl Engine {
                 dest.display()
             )));
         }
+        let _turn = inner.checkpointing.lock();
         fs::create_dir_all(dest)?;
         let rows = inner.rows.read();
         let seq = inner.counters.lock().seq;
@@ -30,6 +109,7 @@ impl Engine {
     /// Rebuilds worn vector graphs, merges keyword segments and reclaims row-store pages.
     pub fn compact(&self) -> Result<()> {
         let inner = self.inner()?;
+        let turn = inner.checkpointing.lock();
         {
             let _rows = inner.rows.read();
             let mut st = inner.state.write();
@@ -50,7 +130,7 @@ impl Engine {
             }
             st.keyword.compact()?;
         }
-        inner.checkpoint_now(true)?;
+        inner.checkpoint_in_turn(&turn, true)?;
         let mut rows = inner.rows.write();
         log::info!("compacting row store");
         rows.compact()
@@ -58,39 +138,73 @@ impl Engine {
 }
 
 impl Inner {
-    /// Writes both derived indexes' checkpoints and drops changelog entries they cover.
-    /// Unless `force`, does nothing when both indexes already reflect every change (a
-    /// read-only session closes without rewriting the graph files).
-    pub(super) fn checkpoint_locked(&self, rows: &RowStore, force: bool) -> Result<()> {
+    /// Takes a checkpoint (see the module docs). Unless `force`, does nothing when both
+    /// indexes already reflect every change (a read-only session closes without rewriting
+    /// the graph files).
+    pub(super) fn checkpoint(&self, force: bool) -> Result<()> {
+        let turn = self.checkpointing.lock();
+        self.checkpoint_in_turn(&turn, force)
+    }
+
+    fn checkpoint_in_turn(&self, _turn: &MutexGuard<'_, ()>, force: bool) -> Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
-        // counters before state: the commit leader takes them in that order
-        let seq = self.counters.lock().seq;
-        let st = self.state.read();
-        if !force && st.vector_seq == seq && st.keyword.committed_seq() == seq {
-            return Ok(());
-        }
-        if st.vector_damage.is_some() || st.keyword_damage.is_some() {
-            // the rows and the changelog stay the truth: the next open replays or rebuilds
-            log::warn!("an index is out of step with the rows; skipping its checkpoint");
-            return Ok(());
-        }
-        st.keyword.commit()?;
-        st.vectors.checkpoint(&dir.join("vectors"), seq)?;
-        drop(st);
-        self.state.write().vector_seq = seq;
+        let rows = self.rows.read();
+        let (seq, graphs, keyword) = {
+            // counters before state: the commit leader takes them in that order
+            let counters = self.counters.lock();
+            let mut st = self.state.write();
+            let seq = counters.seq;
+            if !force && st.vector_seq == seq && st.keyword.committed_seq() == seq {
+                return Ok(());
+            }
+            if st.vector_damage.is_some() || st.keyword_damage.is_some() {
+                // the rows and the changelog stay the truth: the next open replays or rebuilds
+                log::warn!("an index is out of step with the rows; skipping its checkpoint");
+                return Ok(());
+            }
+            (seq, st.vectors.freeze()?, st.keyword.committer())
+        };
+        // no lock held: writes go on, and changes to the frozen graphs wait in overlays
+        let saved = keyword
+            .commit()
+            .and_then(|()| graphs.write(&dir.join("vectors"), seq));
+        drop(graphs);
+        self.thaw(saved.is_ok().then_some(seq))?;
+        saved?;
         let b = rows.begin()?;
-        b.truncate_log(seq)?;
+        b.truncate_log(seq.min(keyword.committed_seq()))?;
         b.commit()
     }
 
-    pub(super) fn checkpoint_now(&self, force: bool) -> Result<()> {
-        let rows = self.rows.read();
-        self.checkpoint_locked(&rows, force)
-    }
-
-    pub(super) fn checkpoint(self) -> Result<()> {
-        let r = self.checkpoint_now(false);
-        drop(self);
-        r
+    /// Ends a freeze (recording `saved` as the vector checkpoint's sequence) and drains the
+    /// overlays into the graphs, a few vectors per hold of the state lock. A failure marks the
+    /// vector index damaged (repaired from the rows by the next write).
+    fn thaw(&self, saved: Option<u64>) -> Result<()> {
+        let mut st = self.state.write();
+        if let Some(seq) = saved {
+            st.vector_seq = seq;
+        }
+        let mut step = st
+            .vectors
+            .thaw()
+            .and_then(|()| st.vectors.drain(DRAIN_STEP));
+        loop {
+            match step {
+                Ok(0) => return Ok(()),
+                Ok(_) => {
+                    drop(st);
+                    std::thread::yield_now();
+                    st = self.state.write();
+                    step = st.vectors.drain(DRAIN_STEP);
+                }
+                Err(e) => {
+                    let namespaces = st.vectors.unsettled();
+                    st.vector_damage
+                        .get_or_insert_with(Default::default)
+                        .add(&e, namespaces);
+                    return Err(e);
+                }
+            }
+        }
     }
 }

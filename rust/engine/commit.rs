@@ -14,7 +14,7 @@ use crate::keyword::{Doc, FOLD_DOCS};
 use crate::rows::Col;
 
 /// Checkpoint the derived indexes after this many changes, so a crash costs a short replay.
-const CHECKPOINT_EVERY: u64 = 50_000;
+pub(super) const CHECKPOINT_EVERY: u64 = 50_000;
 
 /// What a committed group changes in the derived state, in commit order.
 #[derive(Default)]
@@ -168,9 +168,7 @@ impl Inner {
                     });
                 }
                 if due {
-                    if let Err(e) = self.checkpoint_locked(&rows, true) {
-                        log::error!("index checkpoint failed: {e}");
-                    }
+                    self.checkpointer.request();
                 }
             }
             Err(e) => {

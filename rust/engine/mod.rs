@@ -24,8 +24,10 @@
 //!   while they plan, search and read payloads, so a reader sees a row store snapshot that
 //!   matches the columns exactly (read-your-writes, and no row vanishes mid-search).
 //!
-//! Lock order: `gate` -> `rows` -> `counters` -> `state`. `rows` is taken exclusively only by
-//! `compact`; `queue` is never held while any of the others is taken.
+//! - Checkpoints run on their own thread (see `checkpoint`), never on a writer's.
+//!
+//! Lock order: `gate` -> `checkpointing` -> `rows` -> `counters` -> `state`. `rows` is taken
+//! exclusively only by `compact`; `queue` is never held while any of the others is taken.
 
 mod checkpoint;
 mod commit;
@@ -39,6 +41,7 @@ mod writes;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use serde::{Deserialize, Serialize};
@@ -168,11 +171,14 @@ struct Inner {
     queue: Mutex<commit::Queue>,
     counters: Mutex<Counters>,
     faults: Faults,
+    checkpointer: checkpoint::Checkpointer,
+    /// Held by whoever takes a checkpoint, a backup or a compaction: one at a time.
+    checkpointing: Mutex<()>,
 }
 
 /// The memory store core. Thread-safe; every method takes `&self`.
 pub struct Engine {
-    gate: RwLock<Option<Inner>>,
+    gate: RwLock<Option<Arc<Inner>>>,
     pid: u32,
 }
 
@@ -181,7 +187,7 @@ impl Engine {
         if std::process::id() != self.pid {
             return Err(Error::Closed);
         }
-        RwLockReadGuard::try_map(self.gate.read(), Option::as_ref).map_err(|_| Error::Closed)
+        RwLockReadGuard::try_map(self.gate.read(), Option::as_deref).map_err(|_| Error::Closed)
     }
 
     /// Vector dimensions.

@@ -3,9 +3,11 @@
 
 use std::fs::{self, File};
 use std::path::Path;
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::checkpoint::Checkpointer;
 use super::commit::Queue;
 use super::recovery::{open_keyword, open_vectors};
 use super::{Counters, Engine, Faults, Inner, Options, State};
@@ -134,18 +136,22 @@ impl Engine {
             vector_damage: None,
             keyword_damage: None,
         };
+        let inner = Arc::new(Inner {
+            dir: dir.map(Path::to_path_buf),
+            _lock: lock,
+            dims,
+            metric,
+            rows: RwLock::new(rows),
+            state: RwLock::new(state),
+            queue: Mutex::new(Queue::default()),
+            counters: Mutex::new(counters),
+            faults: Faults::default(),
+            checkpointer: Checkpointer::default(),
+            checkpointing: Mutex::new(()),
+        });
+        Checkpointer::start(&inner)?;
         Ok(Self {
-            gate: RwLock::new(Some(Inner {
-                dir: dir.map(Path::to_path_buf),
-                _lock: lock,
-                dims,
-                metric,
-                rows: RwLock::new(rows),
-                state: RwLock::new(state),
-                queue: Mutex::new(Queue::default()),
-                counters: Mutex::new(counters),
-                faults: Faults::default(),
-            })),
+            gate: RwLock::new(Some(inner)),
             pid: std::process::id(),
         })
     }
@@ -156,11 +162,15 @@ impl Engine {
         if std::process::id() != self.pid {
             return Ok(());
         }
-        let inner = self.gate.write().take();
-        match inner {
-            Some(inner) => inner.checkpoint(),
-            None => Ok(()),
-        }
+        let Some(inner) = self.gate.write().take() else {
+            return Ok(());
+        };
+        inner.checkpointer.stop();
+        let checkpointed = inner.checkpoint(false);
+        // the checkpoint thread held the only other reference and has ended: the files, the
+        // lock and the keyword index's threads are released here, before close returns
+        drop(inner);
+        checkpointed
     }
 }
 

@@ -54,7 +54,9 @@ impl Engine {
             };
             let all_keys = || matching_map(st, n, &pred, |_, c| c.vkey);
             let plan = if pred.is_trivial() {
-                Plan::All
+                Plan::All {
+                    all_keys: &all_keys,
+                }
             } else if pred.candidate_count() <= vectors.tuning().exact_max {
                 Plan::Keys(all_keys())
             } else {

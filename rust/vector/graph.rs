@@ -1,0 +1,207 @@
+//! usearch graphs behind thread slots: [`Graph`] is the only way into a usearch index, and
+//! every method that calls usearch demands a [`Permit`] (see the module docs of `vector`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use parking_lot::{Condvar, Mutex};
+use rayon::prelude::*;
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
+
+use super::{usearch_err, CONNECTIVITY, EXPANSION_ADD, GRAVE};
+use crate::error::Result;
+use crate::pool::pool;
+use crate::types::Metric;
+
+/// usearch thread contexts reserved per graph, and permits of [`Slots`]: twice the cores,
+/// at least 32 (Python threads search beside the worker pool), at most 256 (each context
+/// holds a visited-set of the graph's size).
+#[must_use]
+pub fn thread_slots() -> usize {
+    static SLOTS: OnceLock<usize> = OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        (2 * cores).clamp(32, 256)
+    })
+}
+
+/// A counting semaphore bounding concurrent calls into usearch.
+pub(super) struct Slots {
+    free: Mutex<usize>,
+    cv: Condvar,
+}
+
+/// Proof that the holder may make one call into usearch at a time.
+pub(super) struct Permit<'a>(&'a Slots);
+
+impl Slots {
+    pub(super) fn new(n: usize) -> Self {
+        Self {
+            free: Mutex::new(n),
+            cv: Condvar::new(),
+        }
+    }
+    /// Waits for a free slot.
+    pub(super) fn acquire(&self) -> Permit<'_> {
+        let mut free = self.free.lock();
+        while *free == 0 {
+            self.cv.wait(&mut free);
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock() += 1;
+        self.0.cv.notify_one();
+    }
+}
+
+/// Graph partition: a usearch index reachable only through methods that demand a [`Permit`].
+pub(super) struct Graph {
+    index: Index,
+    /// Graves: removed vectors kept as routing nodes under `GRAVE | key`.
+    removed: AtomicUsize,
+}
+
+impl Graph {
+    pub(super) fn create(
+        dims: usize,
+        metric: Metric,
+        capacity: usize,
+        p: &Permit<'_>,
+    ) -> Result<Self> {
+        let options = IndexOptions {
+            dimensions: dims,
+            metric: match metric {
+                Metric::L2 => MetricKind::L2sq,
+                Metric::Cos => MetricKind::Cos,
+                Metric::Ip => MetricKind::IP,
+            },
+            quantization: ScalarKind::F32,
+            connectivity: CONNECTIVITY,
+            expansion_add: EXPANSION_ADD,
+            expansion_search: 1,
+            multi: false,
+        };
+        let index = Index::new(&options).map_err(|e| usearch_err("create", e))?;
+        let g = Self {
+            index,
+            removed: AtomicUsize::new(0),
+        };
+        g.reserve(capacity.max(64), p)?;
+        Ok(g)
+    }
+
+    pub(super) fn live(&self) -> usize {
+        self.index.size() - self.removed()
+    }
+
+    pub(super) fn contains(&self, key: u64) -> bool {
+        self.index.contains(key)
+    }
+
+    pub(super) fn reserve(&self, capacity: usize, _: &Permit<'_>) -> Result<()> {
+        self.index
+            .reserve_capacity_and_threads(capacity, thread_slots())
+            .map_err(|e| usearch_err("reserve", e))
+    }
+
+    /// Room for `more` inserts without a reallocation during them.
+    pub(super) fn reserve_more(&self, more: usize, p: &Permit<'_>) -> Result<()> {
+        let need = self.index.size() + more;
+        if need > self.index.capacity() {
+            self.reserve(need.max(self.index.capacity() * 2), p)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn add(&self, key: u64, v: &[f32], _: &Permit<'_>) -> Result<()> {
+        if self.index.contains(key) {
+            return Ok(());
+        }
+        self.index.add(key, v).map_err(|e| usearch_err("add", e))
+    }
+
+    pub(super) fn search(&self, q: &[f32], count: usize, _: &Permit<'_>) -> Result<Vec<u64>> {
+        let m = if self.removed() == 0 {
+            self.index.search(q, count)
+        } else {
+            self.index.filtered_search(q, count, |key: u64| key < GRAVE)
+        };
+        Ok(m.map_err(|e| usearch_err("search", e))?.keys)
+    }
+
+    pub(super) fn filtered_search(
+        &self,
+        q: &[f32],
+        count: usize,
+        pred: impl Fn(u64) -> bool,
+        _: &Permit<'_>,
+    ) -> Result<Vec<u64>> {
+        self.index
+            .filtered_search(q, count, pred)
+            .map(|m| m.keys)
+            .map_err(|e| usearch_err("filtered search", e))
+    }
+
+    /// Copies the vector of `key` into `buf`; false when absent.
+    pub(super) fn get(&self, key: u64, buf: &mut [f32], _: &Permit<'_>) -> bool {
+        matches!(self.index.get(key, buf), Ok(n) if n > 0)
+    }
+
+    /// Turns `key` into a grave (see the module docs).
+    pub(super) fn bury(&self, key: u64, _: &Permit<'_>) -> Result<()> {
+        if self.index.contains(key) {
+            self.index
+                .rename(key, GRAVE | key)
+                .map_err(|e| usearch_err("remove", e))?;
+            self.removed.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    pub(super) fn save(&self, path: &str, _: &Permit<'_>) -> Result<()> {
+        self.index.save(path).map_err(|e| usearch_err("save", e))
+    }
+
+    pub(super) fn load(&mut self, path: &str, removed: usize, p: &Permit<'_>) -> Result<()> {
+        self.index.load(path).map_err(|e| usearch_err("load", e))?;
+        self.removed.store(removed, Ordering::Relaxed);
+        self.reserve(self.index.size().max(64), p)
+    }
+
+    /// Adds items on the worker pool, one permit per chunk.
+    pub(super) fn add_all(&self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
+        const CHUNK: usize = 64;
+        if items.len() > 10_000 {
+            log::info!("adding {} vectors to a graph", items.len());
+        }
+        let add_chunk = |chunk: &[(u64, Vec<f32>)]| {
+            let p = slots.acquire();
+            chunk.iter().try_for_each(|(k, v)| self.add(*k, v, &p))
+        };
+        if items.len() >= 4 * CHUNK {
+            pool()?.install(|| items.par_chunks(CHUNK).try_for_each(add_chunk))
+        } else {
+            add_chunk(items)
+        }
+    }
+}
+
+impl Graph {
+    /// Graves in the graph.
+    pub(super) fn removed(&self) -> usize {
+        self.removed.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn size(&self) -> usize {
+        self.index.size()
+    }
+
+    pub(super) fn memory_usage(&self) -> usize {
+        self.index.memory_usage()
+    }
+}

@@ -1,0 +1,156 @@
+//! A namespace's partition: a flat array, or a graph with its overlay.
+//!
+//! While a checkpoint saves a graph (outside the engine's state lock, so writers never wait
+//! for it), nothing may change the graph: the partition is *frozen*, and its changes go to the
+//! [`Overlay`] instead — added vectors into a flat array searched exactly beside the graph,
+//! removed ones into a set of pending graves hidden from results. When the save is done the
+//! partition thaws: the graves are buried and the added vectors drain into the graph in small
+//! steps, searchable in the overlay until they are in.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::exact::{Flat, Nearest};
+use super::graph::{Graph, Permit, Slots};
+use super::GRAVE;
+use crate::error::Result;
+
+/// Changes a graph takes while it is frozen (see the module docs).
+pub(super) struct Overlay {
+    pub(super) adds: Flat,
+    pub(super) graves: HashSet<u64>,
+}
+
+/// A graph partition.
+pub(super) struct GraphPart {
+    pub(super) graph: Arc<Graph>,
+    pub(super) overlay: Overlay,
+    /// A checkpoint is saving `graph`: no change may reach it.
+    pub(super) frozen: bool,
+}
+
+pub(super) enum Partition {
+    Flat(Flat),
+    Graph(GraphPart),
+}
+
+impl GraphPart {
+    pub(super) fn new(graph: Graph, dims: usize) -> Self {
+        Self {
+            graph: Arc::new(graph),
+            overlay: Overlay {
+                adds: Flat::new(dims),
+                graves: HashSet::new(),
+            },
+            frozen: false,
+        }
+    }
+
+    /// Live vectors: the graph's, less pending graves, plus the overlay's.
+    pub(super) fn live(&self) -> usize {
+        self.graph.live() - self.overlay.graves.len() + self.overlay.adds.len()
+    }
+
+    pub(super) fn contains(&self, key: u64) -> bool {
+        self.overlay.adds.contains(key)
+            || (self.graph.contains(key) && !self.overlay.graves.contains(&key))
+    }
+
+    /// Whether a key the graph returned is a live hit (not a grave, buried or pending).
+    pub(super) fn is_hit(&self, key: u64) -> bool {
+        key < GRAVE && !self.overlay.graves.contains(&key)
+    }
+
+    /// Copies the vector of `key` into `buf`; false when absent.
+    pub(super) fn get(&self, key: u64, buf: &mut [f32], p: &Permit<'_>) -> bool {
+        if let Some(v) = self.overlay.adds.get(key) {
+            buf.copy_from_slice(v);
+            return true;
+        }
+        !self.overlay.graves.contains(&key) && self.graph.get(key, buf, p)
+    }
+
+    pub(super) fn remove(&mut self, key: u64, p: &Permit<'_>) -> Result<()> {
+        if self.overlay.adds.remove(key) {
+            Ok(())
+        } else if self.frozen {
+            if self.graph.contains(key) {
+                self.overlay.graves.insert(key);
+            }
+            Ok(())
+        } else {
+            self.graph.bury(key, p)
+        }
+    }
+
+    pub(super) fn reserve(&self, more: usize, p: &Permit<'_>) -> Result<()> {
+        if self.frozen {
+            return Ok(());
+        }
+        self.graph.reserve_more(more, p)
+    }
+
+    pub(super) fn add(&mut self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
+        if self.frozen {
+            for (k, v) in items {
+                self.overlay.adds.insert(*k, v);
+            }
+            return Ok(());
+        }
+        self.graph.reserve_more(items.len(), &slots.acquire())?;
+        self.graph.add_all(items, slots)
+    }
+
+    /// The graph's candidates joined by the overlay's best `keep` passing `pass`, graves
+    /// dropped.
+    pub(super) fn with_overlay(
+        &self,
+        mut cands: Vec<u64>,
+        nearest: Nearest<'_>,
+        pass: impl Fn(u64) -> bool,
+    ) -> Vec<u64> {
+        if !self.overlay.graves.is_empty() {
+            cands.retain(|k| !self.overlay.graves.contains(k));
+        }
+        if !self.overlay.adds.is_empty() {
+            let mut nearest = nearest;
+            self.overlay.adds.scan(&mut nearest, pass);
+            cands.extend(nearest.into_keys());
+        }
+        cands
+    }
+
+    /// Ends a freeze: buries the pending graves. The overlay's vectors drain later.
+    pub(super) fn thaw(&mut self, p: &Permit<'_>) -> Result<()> {
+        self.frozen = false;
+        for key in std::mem::take(&mut self.overlay.graves) {
+            self.graph.bury(key, p)?;
+        }
+        Ok(())
+    }
+
+    /// Moves up to `budget` overlay vectors into the graph; returns how many remain.
+    pub(super) fn drain(&mut self, budget: usize, slots: &Slots) -> Result<usize> {
+        if self.frozen || self.overlay.adds.is_empty() {
+            return Ok(self.overlay.adds.len());
+        }
+        let keys: Vec<u64> = self
+            .overlay
+            .adds
+            .keys()
+            .iter()
+            .take(budget)
+            .copied()
+            .collect();
+        let items: Vec<(u64, Vec<f32>)> = keys
+            .iter()
+            .filter_map(|k| self.overlay.adds.get(*k).map(|v| (*k, v.to_vec())))
+            .collect();
+        self.graph.reserve_more(items.len(), &slots.acquire())?;
+        self.graph.add_all(&items, slots)?;
+        for k in keys {
+            self.overlay.adds.remove(k);
+        }
+        Ok(self.overlay.adds.len())
+    }
+}
