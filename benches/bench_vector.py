@@ -468,7 +468,7 @@ def test_memory_rss(
     )
 
 
-CHECKPOINT_EVERY = 50_000  # changes between periodic index checkpoints (rust/engine.rs)
+CHECKPOINT_EVERY = 50_000  # changes between periodic index checkpoints (rust/engine/commit.rs)
 
 
 def test_searches_during_checkpoint(
@@ -534,4 +534,56 @@ def test_searches_during_checkpoint(
         checkpoint_batch_ms=batch_ms[-1],
         median_batch_ms=median,
         searches_during=len(during),
+    )
+
+
+def test_single_writes_across_checkpoint(
+    benchmark: Any, data: D.Dataset, main: D.MainStore, bench_dir: Path
+) -> None:
+    """Worst single-row write across a periodic index checkpoint vs the median write. On a
+    backup of the main store, batches bring the changelog to just short of the next
+    checkpoint (untimed); then single-row upserts (each its own durable commit) run until the
+    background checkpoint has finished and a second more. Goal: worst <= 5x median."""
+    import memini
+
+    benchmark.group = "vector: checkpoint"
+    copy = bench_dir / "checkpoint-single"
+    main.store.backup(copy)
+    store = memini.Store.open(copy)
+    mems = [data.memory(i) for i in range(data.n)]
+    lat: list[float] = []
+
+    def run() -> None:
+        for b in range(0, CHECKPOINT_EVERY - 200, D.BATCH):
+            store.upsert_many(mems[b % data.n : b % data.n + D.BATCH])
+        before = store.stats()["checkpoints"]
+        i, done_at = 0, None
+        while done_at is None or time.perf_counter() - done_at < 1.0:
+            t0 = time.perf_counter()
+            store.upsert(mems[i % data.n])
+            lat.append(time.perf_counter() - t0)
+            i += 1
+            if done_at is None and store.stats()["checkpoints"] > before:
+                done_at = time.perf_counter()
+            assert i < 100_000, "no checkpoint came"
+
+    try:
+        benchmark.pedantic(run, rounds=1, iterations=1)
+    finally:
+        store.close()
+    p = D.percentiles_ms(lat)
+    worst, median = p["max_ms"], p["p50_ms"]
+    D.report(
+        benchmark,
+        "worst single write across a checkpoint / median",
+        worst,
+        "ms",
+        peer=median,
+        peer_name="median write",
+        ratio=worst / median,
+        goal="<= 5x",
+        met=worst / median <= 5,
+        note=f"{len(lat)} single-row upserts; p50 {median} ms, p99 {p['p99_ms']} ms, "
+        f"max {worst} ms",
+        writes=len(lat),
     )

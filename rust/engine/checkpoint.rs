@@ -173,7 +173,10 @@ impl Inner {
         saved?;
         let b = rows.begin()?;
         b.truncate_log(seq.min(keyword.committed_seq()))?;
-        b.commit()
+        b.commit()?;
+        self.checkpoints
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Ends a freeze (recording `saved` as the vector checkpoint's sequence) and drains the

@@ -172,6 +172,8 @@ struct Inner {
     counters: Mutex<Counters>,
     faults: Faults,
     checkpointer: checkpoint::Checkpointer,
+    /// Checkpoints taken since open.
+    checkpoints: std::sync::atomic::AtomicU64,
     /// Held by whoever takes a checkpoint, a backup or a compaction: one at a time.
     checkpointing: Mutex<()>,
 }

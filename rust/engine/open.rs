@@ -147,6 +147,7 @@ impl Engine {
             counters: Mutex::new(counters),
             faults: Faults::default(),
             checkpointer: Checkpointer::default(),
+            checkpoints: std::sync::atomic::AtomicU64::new(0),
             checkpointing: Mutex::new(()),
         });
         Checkpointer::start(&inner)?;

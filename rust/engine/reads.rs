@@ -307,6 +307,7 @@ impl Engine {
                 vector_memory_bytes: st.vectors.memory_usage(),
                 vector_index_entries: st.vectors.total_len(),
                 vector_routes: st.vectors.routes(),
+                checkpoints: inner.checkpoints.load(std::sync::atomic::Ordering::Relaxed),
                 keyword_docs: st.keyword.num_docs(),
                 keyword_segments: st.keyword.num_segments(),
                 bytes_on_disk: inner.dir.as_deref().map_or(0, dir_size),
@@ -334,6 +335,8 @@ pub struct Stats {
     pub vector_index_entries: usize,
     /// Vector searches so far per plan route (see [`Route`]).
     pub vector_routes: Vec<(Route, u64)>,
+    /// Index checkpoints taken since the store was opened.
+    pub checkpoints: u64,
     /// Documents in the committed keyword index.
     pub keyword_docs: u64,
     /// Segments of the committed keyword index.
