@@ -3,10 +3,17 @@
 Everything here is deterministic (fixed seeds, derived from row numbers), so two runs of the
 suite measure the same stores and the same queries.
 
-Dataset: ``<repo>/../shared/datasets/pypi-100k`` (``MEMINI_BENCH_DATA`` overrides), 100k PyPI
-summaries with all-MiniLM-L6-v2 vectors. The last 1,000 rows of the file are the queries and
-are never stored; the store holds the first ``MEMINI_BENCH_ROWS`` rows (default 100000),
-capped so that it never reaches the query rows (at 100000 the store holds 99,000 rows).
+Dataset: pypi-100k, 100k PyPI summaries with all-MiniLM-L6-v2 vectors, from
+``MEMINI_BENCH_DATA`` when set (it must then hold ``texts.jsonl`` and ``vectors.f16.npy``),
+else from ``<repo>/../shared/datasets/pypi-100k`` when that exists. Without it (a fresh clone
+has no ``../shared``) the benchmarks run on the demo sample the repository ships
+(``python/memini/data/sample.*.gz``, see ``scripts/make_sample.py``): the dataset's first
+10,000 rows, same texts, same vectors, so every benchmark and its recall still mean
+something, at sample size. `describe` is the line that says which data ran.
+
+The last 1,000 rows of the data are the queries and are never stored; the store holds the
+first ``MEMINI_BENCH_ROWS`` rows (default 100000), capped so that it never reaches the query
+rows (at 100000 the store holds 99,000 rows of pypi-100k; the sample holds at most 9,000).
 
 Derived per stored row ``i`` (0-based row number in the file):
 
@@ -25,6 +32,7 @@ vectors), so comparing id sets would punish an engine for picking an equally goo
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -40,12 +48,23 @@ from typing import Any
 
 import numpy as np
 
-DATA_DIR = Path(
-    os.environ.get(
-        "MEMINI_BENCH_DATA",
-        Path(__file__).resolve().parents[2] / "shared" / "datasets" / "pypi-100k",
-    )
-)
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATASET = REPO.parent / "shared" / "datasets" / "pypi-100k"
+SAMPLE_DIR = REPO / "python" / "memini" / "data"
+DATASET_FILES = ("texts.jsonl", "vectors.f16.npy")
+
+
+def _dataset_dir() -> Path | None:
+    """pypi-100k's directory: ``MEMINI_BENCH_DATA`` when set (even if wrong: `check_data`
+    then says so, never a silent fallback), else ``../shared``'s copy when it exists, else
+    None (the shipped sample runs)."""
+    env = os.environ.get("MEMINI_BENCH_DATA")
+    if env:
+        return Path(env)
+    return SHARED_DATASET if SHARED_DATASET.is_dir() else None
+
+
+DATA_DIR = _dataset_dir()
 ROWS = int(os.environ.get("MEMINI_BENCH_ROWS", "100000"))
 N_QUERIES = 1000
 DIMS = 384
@@ -207,19 +226,69 @@ def exact_topk(base: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarra
     return tops, kth
 
 
-def load(rows: int = ROWS) -> Dataset:
-    """Load the first ``rows`` rows (capped before the query rows) and the 1000 query rows."""
-    vec_all = np.load(DATA_DIR / "vectors.f16.npy", mmap_mode="r")
+def check_data() -> str | None:
+    """Why the data cannot be loaded (``MEMINI_BENCH_DATA`` names a directory without the
+    dataset's files), or None when it can."""
+    if DATA_DIR is None:
+        return None
+    missing = [name for name in DATASET_FILES if not (DATA_DIR / name).is_file()]
+    if not missing:
+        return None
+    return (
+        f"MEMINI_BENCH_DATA={DATA_DIR} has no {' or '.join(missing)} (expected pypi-100k: "
+        f"{', '.join(DATASET_FILES)}); point it at the dataset, or unset it to run on the "
+        "demo sample the repository ships"
+    )
+
+
+def describe(stored: int | None = None) -> str:
+    """The line that says which data the benchmarks run on (``stored``: rows in the store,
+    once loaded)."""
+    if DATA_DIR is not None:
+        line = f"bench data: pypi-100k at {DATA_DIR}"
+    else:
+        line = (
+            f"bench data: shipped demo sample at {SAMPLE_DIR} (pypi-100k's first 10,000 rows) "
+            "-- set MEMINI_BENCH_DATA for the real dataset"
+        )
+    if stored is not None:
+        line += f"; {stored:,} rows stored"
+        if stored < ROWS:
+            line += f" ({ROWS:,} requested: all there are before the query rows)"
+        line += f", {N_QUERIES:,} held-out queries"
+    return line
+
+
+def load(rows: int = ROWS, *, require_dataset: bool = False) -> Dataset:
+    """Load the first ``rows`` rows (capped before the query rows) and the 1000 query rows,
+    from pypi-100k or, without it, from the shipped sample (refused if ``require_dataset``)."""
+    if problem := check_data():
+        raise FileNotFoundError(problem)
+    if DATA_DIR is not None:
+        vec_all = np.load(DATA_DIR / "vectors.f16.npy", mmap_mode="r")
+        with open(DATA_DIR / "texts.jsonl", encoding="utf-8") as f:
+            return _split(vec_all, f, rows)
+    if require_dataset:
+        raise FileNotFoundError(
+            f"pypi-100k not found (no {SHARED_DATASET}): set MEMINI_BENCH_DATA to its directory"
+        )
+    with gzip.open(SAMPLE_DIR / "sample.f16.npy.gz", "rb") as g:
+        vec_all = np.lib.format.read_array(g)
+    with gzip.open(SAMPLE_DIR / "sample.jsonl.gz", "rt", encoding="utf-8") as f:
+        return _split(vec_all, f, rows)
+
+
+def _split(vec_all: np.ndarray, lines: Iterable[str], rows: int) -> Dataset:
+    """The stored rows and the query rows of a (vectors, JSON lines with ``content``) pair."""
     total = len(vec_all)
     n = min(rows, total - N_QUERIES)
     texts: list[str] = []
     query_texts: list[str] = []
-    with open(DATA_DIR / "texts.jsonl", encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if i < n:
-                texts.append(json.loads(line)["content"])
-            elif i >= total - N_QUERIES:
-                query_texts.append(json.loads(line)["content"])
+    for i, line in enumerate(lines):
+        if i < n:
+            texts.append(json.loads(line)["content"])
+        elif i >= total - N_QUERIES:
+            query_texts.append(json.loads(line)["content"])
     return Dataset(
         texts=texts,
         vectors=np.ascontiguousarray(vec_all[:n], dtype=np.float32),

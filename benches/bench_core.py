@@ -187,7 +187,7 @@ print(json.dumps({"open": t1 - t0, "open_search": t2 - t0, "keyword": t3 - t2,
 """
 
 
-def test_reopen(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
+def test_reopen(benchmark: Any, main: D.MainStore, queries_file: Path) -> None:
     """Close the main store, then in a fresh process time Store.open + one vector search
     (3 rounds; the first follows our close, later ones follow the subprocess's own close)."""
     benchmark.group = "core: reopen"
@@ -195,9 +195,7 @@ def test_reopen(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
     main.close()
     try:
         benchmark.pedantic(
-            lambda: runs.append(
-                D.run_python(_REOPEN, str(main.path), str(D.DATA_DIR / "vectors.f16.npy"))
-            ),
+            lambda: runs.append(D.run_python(_REOPEN, str(main.path), str(queries_file))),
             rounds=3,
             iterations=1,
         )

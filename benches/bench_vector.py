@@ -346,7 +346,9 @@ print(json.dumps({"open": t1 - t0, "qps": n_ns / (t2 - t1), "ids": out}))
 """
 
 
-def test_many_small_namespaces(benchmark: Any, data: D.Dataset, bench_dir: Path) -> None:
+def test_many_small_namespaces(
+    benchmark: Any, data: D.Dataset, bench_dir: Path, queries_file: Path
+) -> None:
     """ROWS/10 namespaces of 10 rows (10k at 100k rows) in their own store: open time in a
     fresh process (goal < 2 s) and one k=5 search per namespace, every one exact. Namespace
     j holds rows (10j + r) % n, r = 0..9, ids t{j:05d}{r}."""
@@ -368,11 +370,11 @@ def test_many_small_namespaces(benchmark: Any, data: D.Dataset, bench_dir: Path)
         1,
     )
     store.close()
-    qfile = bench_dir / "queries.npy"
-    np.save(qfile, data.queries)
     runs: list[dict[str, Any]] = []
     benchmark.pedantic(
-        lambda: runs.append(D.run_python(_MANY_NS, str(path), str(qfile), str(n_ns), str(k))),
+        lambda: runs.append(
+            D.run_python(_MANY_NS, str(path), str(queries_file), str(n_ns), str(k))
+        ),
         rounds=2,
         iterations=1,
     )
@@ -430,19 +432,17 @@ print(json.dumps({"base": base, "opened": opened, "warm": warm}))
 
 
 def test_memory_rss(
-    benchmark: Any, data: D.Dataset, main: D.MainStore, usearch_index: Any, bench_dir: Path
+    benchmark: Any, data: D.Dataset, main: D.MainStore, usearch_index: Any, queries_file: Path
 ) -> None:
     """RSS of a fresh process that opens the main store and warms it (1000 vector searches,
     200 keyword searches, ~100 gets) vs raw usearch `memory_usage` + 100 MB (the allowance
     for the interpreter, numpy and the rows)."""
     benchmark.group = "vector: memory"
-    qfile = bench_dir / "queries.npy"
-    np.save(qfile, data.queries)
     runs: list[dict[str, Any]] = []
     main.close()
     try:
         benchmark.pedantic(
-            lambda: runs.append(D.run_python(_RSS, str(main.path), str(qfile), str(data.n))),
+            lambda: runs.append(D.run_python(_RSS, str(main.path), str(queries_file), str(data.n))),
             rounds=1,
             iterations=1,
         )

@@ -1034,7 +1034,7 @@ def main() -> None:
         sys.exit("memini._core is a debug build: benchmark a release build")
     machine = R.machine_info()
     log(f"{machine}")
-    full = D.load(args.rows)
+    full = D.load(args.rows, require_dataset=True)
     nq = min(args.queries, D.N_QUERIES)
     chosen = [s for s in args.systems.split(",") if s]
     root = Path(tempfile.mkdtemp(prefix="memini-compare-"))

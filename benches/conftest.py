@@ -3,6 +3,9 @@
 Run: ``MEMINI_BENCH_ROWS=100000 python -m pytest benches --benchmark-columns=mean,ops``;
 CI smoke: ``MEMINI_BENCH_ROWS=10000 python -m pytest -q benches --benchmark-disable``.
 See ``_data.py`` for the dataset, the derived tags/expiries and how recall is computed.
+Without pypi-100k (``MEMINI_BENCH_DATA``, or ``../shared`` beside the checkout) everything runs
+on the demo sample the repository ships; the pytest header and the end-of-session summary
+say which data ran ("bench data: ...").
 
 Every store and peer index is built once per session in a temporary directory. The main
 store (namespace ``main``, every stored row with vector, text and tags) is shared: tests that
@@ -24,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import _data as D
@@ -50,7 +54,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Refuse to benchmark a debug build of the extension."""
+    """Refuse to benchmark a debug build of the extension, or a ``MEMINI_BENCH_DATA`` that
+    is not the dataset (once, rather than as an error in every test that needs data)."""
+    if problem := D.check_data():
+        pytest.exit(problem, returncode=4)
     import memini._core
 
     profile = memini._core.build_profile()
@@ -62,12 +69,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+def pytest_report_header() -> str:
+    """Which data the benchmarks run on (the header is hidden by ``-q``; the summary repeats
+    it)."""
+    return D.describe()
+
+
+_STORED: list[int] = []  # rows stored, once the session's dataset is loaded
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print every recorded number, peer, ratio and goal in one table."""
+    """Say which data ran, then print every recorded number, peer, ratio and goal in one
+    table."""
     if not D.RESULTS:
+        if _STORED:
+            terminalreporter.section("memini benchmarks")
+            terminalreporter.write_line(D.describe(_STORED[0]))
         return
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     terminalreporter.section(f"memini vs peers ({D.ROWS} rows requested)")
+    terminalreporter.write_line(D.describe(_STORED[0] if _STORED else None))
     terminalreporter.write_line(f"{os.cpu_count()} CPUs; load average at the end: {load}")
     for line in D.summary_lines(D.RESULTS):
         terminalreporter.write_line(line)
@@ -79,13 +100,23 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture(scope="session")
 def data() -> D.Dataset:
     """The stored rows and the 1000 query rows (loaded once)."""
-    return D.load()
+    dataset = D.load()
+    _STORED.append(dataset.n)
+    return dataset
 
 
 @pytest.fixture(scope="session")
 def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One temporary directory for every store and peer index of the session."""
     return tmp_path_factory.mktemp("memini-bench")
+
+
+@pytest.fixture(scope="session")
+def queries_file(data: D.Dataset, bench_dir: Path) -> Path:
+    """The query vectors as a ``.npy`` file, for benchmarks that search in a fresh process."""
+    path = bench_dir / "queries.npy"
+    np.save(path, data.queries)
+    return path
 
 
 @pytest.fixture(scope="session")

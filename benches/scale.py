@@ -145,7 +145,7 @@ def main() -> None:
     info = R.machine_info()
     print(f"[scale] {n} rows, {nq} queries; {info}", flush=True)
 
-    data = D.load()
+    data = D.load(require_dataset=True)
     rng = np.random.default_rng(D.SEED)
     mix = fit_mixture(data.unit, rng)
     vectors = draw(n, mix, np.random.default_rng(D.SEED + 1))
