@@ -40,10 +40,11 @@ def _usearch_pass(index: Any, data: D.Dataset) -> list[list[int]]:
 
 
 def _numpy_pass(base: np.ndarray, qunit: np.ndarray) -> list[np.ndarray]:
+    k = min(D.K, len(base))  # a 0.1% filter of fewer than 10,000 rows keeps < 10 rows
     out = []
     for q in qunit:
         sims = base @ q
-        top = np.argpartition(-sims, D.K - 1)[: D.K]
+        top = np.argpartition(-sims, k - 1)[:k]
         out.append(top[np.argsort(-sims[top])])
     return out
 
