@@ -38,8 +38,10 @@ pub const FORMAT_VERSION: u64 = 1;
 /// Page cache of the row store, bytes. Payloads are read on demand through it.
 const CACHE_BYTES: usize = 256 << 20;
 
-/// The per-row record the filter columns are built from (no payload).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The per-row record the filter columns are built from (no payload). Its layout is the
+/// stored format (bincode, field order matters): the memory's `col` fields (see
+/// `types::for_memory_fields`) and the ones derived from them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Col {
     /// Memory id.
     pub id: String,
@@ -81,8 +83,9 @@ pub struct Col {
     pub version: u64,
 }
 
-/// The row's payload: everything no filter looks at.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The row's payload: everything no filter looks at (the memory's `payload` fields; the
+/// stored format).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Payload {
     /// Content.
     pub content: String,
@@ -108,32 +111,30 @@ pub struct Change {
     pub removed_vkey: Option<u64>,
 }
 
-/// Joins the two halves of a row into the API's `Memory`.
-#[must_use]
-pub fn to_memory(col: &Col, p: Payload) -> Memory {
-    Memory {
-        id: col.id.clone(),
-        namespace: col.namespace.clone(),
-        content: p.content,
-        tier: col.tier,
-        level: col.level,
-        summary: p.summary,
-        metadata: p.metadata,
-        tags: p.tags,
-        importance: col.importance,
-        created_at: col.created_at,
-        updated_at: col.updated_at,
-        last_accessed_at: col.last_accessed_at,
-        access_count: col.access_count,
-        expires_at: col.expires_at,
-        superseded_by: col.superseded_by.clone(),
-        valid_from: col.valid_from,
-        valid_to: col.valid_to,
-        confidence: col.confidence,
-        linked_memory_ids: p.linked_memory_ids,
-        fingerprint: p.fingerprint,
-    }
+macro_rules! row_halves {
+    ($( $(#[$doc:meta])* $name:ident : $ty:ty, $rec:ident, $py:ident, $upd:ident; )*) => {
+        /// Joins the two halves of a row into the API's `Memory`.
+        #[must_use]
+        pub fn to_memory(col: &Col, p: Payload) -> Memory {
+            Memory { $( $name: row_halves!(@get $rec, col, p, $name), )* }
+        }
+
+        /// Splits a memory into its two stored halves. The column fields derived from others
+        /// (hashes, vector key, version) are left for the caller to fill.
+        #[must_use]
+        pub fn split(m: Memory) -> (Col, Payload) {
+            let (mut col, mut payload) = (Col::default(), Payload::default());
+            $( row_halves!(@put $rec, col, payload, m, $name); )*
+            (col, payload)
+        }
+    };
+    (@get col, $c:ident, $p:ident, $name:ident) => { $c.$name.clone() };
+    (@get payload, $c:ident, $p:ident, $name:ident) => { $p.$name };
+    (@put col, $c:ident, $p:ident, $m:ident, $name:ident) => { $c.$name = $m.$name };
+    (@put payload, $c:ident, $p:ident, $m:ident, $name:ident) => { $p.$name = $m.$name };
 }
+
+crate::for_memory_fields!(row_halves);
 
 fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     bincode::serialize(v).map_err(|e| Error::storage("encoding a record", e))

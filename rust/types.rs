@@ -52,6 +52,13 @@ string_enum!(
     /// Memory tier.
     Tier, "tier" { Working = "working", Episodic = "episodic", Semantic = "semantic", Procedural = "procedural" }
 );
+
+impl Default for Tier {
+    /// API.md's default tier.
+    fn default() -> Self {
+        Self::Semantic
+    }
+}
 string_enum!(
     /// How a memory was obtained.
     Level, "level" { Explicit = "explicit", Deduced = "deduced" }
@@ -68,107 +75,143 @@ string_enum!(
     }
 );
 
-/// One memory row as the API sees it (without its vector).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Memory {
-    /// Unique across all namespaces.
-    pub id: String,
-    /// Owning namespace.
-    pub namespace: String,
-    /// The memory text.
-    pub content: String,
-    /// Tier.
-    pub tier: Tier,
-    /// None = legacy/unknown.
-    pub level: Option<Level>,
-    /// Short summary.
-    pub summary: String,
-    /// JSON object text.
-    pub metadata: String,
-    /// Tags, order preserved.
-    pub tags: Vec<String>,
-    /// Importance weight.
-    pub importance: f64,
-    /// Creation instant (kept on update).
-    pub created_at: Micros,
-    /// Last update instant.
-    pub updated_at: Micros,
-    /// Last access instant.
-    pub last_accessed_at: Micros,
-    /// Access counter.
-    pub access_count: i64,
-    /// Expiry instant; None = never.
-    pub expires_at: Option<Micros>,
-    /// Set = tombstoned by that id.
-    pub superseded_by: Option<String>,
-    /// Validity start.
-    pub valid_from: Option<Micros>,
-    /// Validity end.
-    pub valid_to: Option<Micros>,
-    /// Confidence; None = not tracked.
-    pub confidence: Option<f64>,
-    /// Related memory ids.
-    pub linked_memory_ids: Vec<String>,
-    /// Hex SHA-256 of the normalised content (computed by the caller).
-    pub fingerprint: String,
+/// The fields of a memory, declared once: `for_memory_fields!(m)` expands the macro `m!` with
+/// the list, and every layer that handles each field derives its code from it (the `Memory`
+/// and `MemoryPatch` structs and `Memory::apply` here, the split into stored records in
+/// `rows`, the conversion to and from Python in `python::convert`).
+///
+/// Each entry: docs, `name: Type`, the stored record holding it (`col`: the small record the
+/// filter columns are built from; `payload`: the rest), how it crosses to Python (`text`,
+/// `opt_text`, `tier`, `level`, `json`, `list`, `float`, `opt_float`, `int`, `time` — stamped
+/// "now" when given as None — `opt_time`, and `digest`: in rows, never in Python objects),
+/// and whether `update` may change it
+/// (`update`/`fixed`).
+#[macro_export]
+macro_rules! for_memory_fields {
+    ($m:ident) => {
+        $m! {
+            /// Unique across all namespaces.
+            id: String, col, text, fixed;
+            /// Owning namespace.
+            namespace: String, col, text, fixed;
+            /// The memory text.
+            content: String, payload, text, update;
+            /// Tier.
+            tier: Tier, col, tier, update;
+            /// None = legacy/unknown.
+            level: Option<Level>, col, level, update;
+            /// Short summary.
+            summary: String, payload, text, update;
+            /// JSON object text.
+            metadata: String, payload, json, update;
+            /// Tags, order preserved.
+            tags: Vec<String>, payload, list, update;
+            /// Importance weight.
+            importance: f64, col, float, update;
+            /// Creation instant (kept on update).
+            created_at: Micros, col, time, fixed;
+            /// Last update instant.
+            updated_at: Micros, col, time, update;
+            /// Last access instant.
+            last_accessed_at: Micros, col, time, update;
+            /// Access counter.
+            access_count: i64, col, int, update;
+            /// Expiry instant; None = never.
+            expires_at: Option<Micros>, col, opt_time, update;
+            /// Set = tombstoned by that id.
+            superseded_by: Option<String>, col, opt_text, update;
+            /// Validity start.
+            valid_from: Option<Micros>, col, opt_time, update;
+            /// Validity end.
+            valid_to: Option<Micros>, col, opt_time, update;
+            /// Confidence; None = not tracked.
+            confidence: Option<f64>, col, opt_float, update;
+            /// Related memory ids.
+            linked_memory_ids: Vec<String>, payload, list, update;
+            /// Hex SHA-256 of the normalised content (computed by the caller with the content).
+            fingerprint: String, payload, digest, update;
+        }
+    };
 }
 
-/// A memory to write: the row with optional timestamps (None = "now") and an optional vector.
+/// Applies one patch field: `update` fields take the new value, `fixed` ones never change.
+macro_rules! patch_field {
+    (update, $m:ident, $p:ident, $name:ident) => {
+        if let Some(v) = $p.$name {
+            $m.$name = v;
+        }
+    };
+    (fixed, $m:ident, $p:ident, $name:ident) => {};
+}
+
+macro_rules! define_memory {
+    ($( $(#[$doc:meta])* $name:ident : $ty:ty, $rec:ident, $py:ident, $upd:ident; )*) => {
+        /// One memory row as the API sees it (without its vector).
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        pub struct Memory {
+            $( $(#[$doc])* pub $name: $ty, )*
+        }
+
+        /// A partial update: each `Some` replaces that field (`Some(None)` clears an optional
+        /// one); fixed fields (id, namespace, created_at) are ignored.
+        #[derive(Clone, Debug, Default)]
+        #[allow(
+            clippy::option_option,
+            reason = "Some(None) means: set the optional field to None"
+        )]
+        pub struct MemoryPatch {
+            $( $(#[$doc])* pub $name: Option<$ty>, )*
+            /// New vector (Some(None) removes it).
+            pub embedding: Option<Option<Vec<f32>>>,
+        }
+
+        impl Memory {
+            /// Applies a patch's fields (not its vector, which the caller handles).
+            pub fn apply(&mut self, patch: MemoryPatch) {
+                $( patch_field!($upd, self, patch, $name); )*
+            }
+        }
+    };
+}
+
+for_memory_fields!(define_memory);
+
+impl MemoryPatch {
+    /// Whether the patch changes a field kept in the row's payload (its text or lists).
+    #[must_use]
+    pub fn touches_payload(&self) -> bool {
+        macro_rules! any_payload {
+            ($( $(#[$doc:meta])* $name:ident : $ty:ty, $rec:ident, $py:ident, $upd:ident; )*) => {
+                false $( || any_payload!(@ $rec, self.$name) )*
+            };
+            (@ payload, $e:expr) => { $e.is_some() };
+            (@ col, $e:expr) => { false };
+        }
+        for_memory_fields!(any_payload)
+    }
+}
+
+/// Time fields of a new memory given as None: the store stamps them with "now".
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(clippy::struct_excessive_bools, reason = "one flag per time field")]
+pub struct Unstamped {
+    /// `created_at` was not given.
+    pub created_at: bool,
+    /// `updated_at` was not given.
+    pub updated_at: bool,
+    /// `last_accessed_at` was not given.
+    pub last_accessed_at: bool,
+}
+
+/// A memory to write: the row, which of its timestamps to stamp, and an optional vector.
 #[derive(Clone, Debug)]
 pub struct NewMemory {
-    /// The row; its `created_at`/`updated_at`/`last_accessed_at` are replaced per the flags.
+    /// The row; its unstamped timestamps are replaced by the store.
     pub memory: Memory,
-    /// `created_at` was given.
-    pub has_created_at: bool,
-    /// `updated_at` was given.
-    pub has_updated_at: bool,
-    /// `last_accessed_at` was given.
-    pub has_last_accessed_at: bool,
+    /// Which timestamps were not given.
+    pub unstamped: Unstamped,
     /// The vector; None = keyword-only row.
     pub embedding: Option<Vec<f32>>,
-}
-
-/// A partial update: each `Some` replaces that field.
-#[derive(Clone, Debug, Default)]
-#[allow(
-    clippy::option_option,
-    reason = "Some(None) means: set the optional field to None"
-)]
-pub struct MemoryPatch {
-    /// New content (and its fingerprint).
-    pub content: Option<(String, String)>,
-    /// New tier.
-    pub tier: Option<Tier>,
-    /// New level.
-    pub level: Option<Option<Level>>,
-    /// New summary.
-    pub summary: Option<String>,
-    /// New metadata JSON.
-    pub metadata: Option<String>,
-    /// New tags.
-    pub tags: Option<Vec<String>>,
-    /// New importance.
-    pub importance: Option<f64>,
-    /// New updated_at (default: now).
-    pub updated_at: Option<Micros>,
-    /// New last_accessed_at.
-    pub last_accessed_at: Option<Micros>,
-    /// New access count.
-    pub access_count: Option<i64>,
-    /// New expiry.
-    pub expires_at: Option<Option<Micros>>,
-    /// New superseded_by.
-    pub superseded_by: Option<Option<String>>,
-    /// New validity start.
-    pub valid_from: Option<Option<Micros>>,
-    /// New validity end.
-    pub valid_to: Option<Option<Micros>>,
-    /// New confidence.
-    pub confidence: Option<Option<f64>>,
-    /// New linked ids.
-    pub linked_memory_ids: Option<Vec<String>>,
-    /// New vector (Some(None) removes it).
-    pub embedding: Option<Option<Vec<f32>>>,
 }
 
 /// Which rows a list, count or search considers (API.md `Filter`, with `now` resolved).

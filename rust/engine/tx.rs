@@ -8,7 +8,7 @@ use super::{Counters, FaultPoint, Faults};
 use crate::columns::{fingerprint_hash, pair_hash, tag_hash, Columns};
 use crate::error::{Error, Result};
 use crate::keyword::Doc;
-use crate::rows::{Batch, Change, Col, Payload};
+use crate::rows::{split, Batch, Change, Col, Payload};
 use crate::types::Memory;
 
 /// How a write changes a row's vector.
@@ -214,36 +214,14 @@ impl Tx<'_> {
         v
     }
 }
-pub(super) fn build_row(m: &Memory) -> Result<(Col, Payload)> {
-    let col = Col {
-        id: m.id.clone(),
-        namespace: m.namespace.clone(),
-        tier: m.tier,
-        level: m.level,
-        tag_hashes: m.tags.iter().map(|t| tag_hash(t)).collect(),
-        meta_hashes: metadata_hashes(&m.metadata)?,
-        created_at: m.created_at,
-        updated_at: m.updated_at,
-        last_accessed_at: m.last_accessed_at,
-        access_count: m.access_count,
-        importance: m.importance,
-        expires_at: m.expires_at,
-        superseded_by: m.superseded_by.clone(),
-        valid_from: m.valid_from,
-        valid_to: m.valid_to,
-        confidence: m.confidence,
-        fingerprint_hash: fingerprint_hash(&m.fingerprint),
-        vkey: None,
-        version: 0,
-    };
-    let payload = Payload {
-        content: m.content.clone(),
-        summary: m.summary.clone(),
-        metadata: m.metadata.clone(),
-        tags: m.tags.clone(),
-        linked_memory_ids: m.linked_memory_ids.clone(),
-        fingerprint: m.fingerprint.clone(),
-    };
+/// The stored halves of a memory, with the column fields derived from it (its metadata JSON
+/// parsed once, here).
+pub(super) fn build_row(m: Memory) -> Result<(Col, Payload)> {
+    let meta_hashes = metadata_hashes(&m.metadata)?;
+    let (mut col, payload) = split(m);
+    col.tag_hashes = payload.tags.iter().map(|t| tag_hash(t)).collect();
+    col.meta_hashes = meta_hashes;
+    col.fingerprint_hash = fingerprint_hash(&payload.fingerprint);
     Ok((col, payload))
 }
 

@@ -2,6 +2,8 @@
 //! transaction (see `commit` and `tx`); input that can be checked without the rows is checked
 //! before the write is queued.
 
+use std::collections::HashMap;
+
 use super::tx::{build_row, metadata_hashes, validate_memory, validate_vector, Tx, VecChange};
 use super::Engine;
 use crate::error::{Error, Result};
@@ -12,18 +14,23 @@ impl Engine {
     /// Inserts or replaces memories atomically; returns, per row, whether it was an insert.
     pub fn upsert_many(&self, memories: Vec<NewMemory>) -> Result<Vec<bool>> {
         let dims = self.dims()?;
-        for m in &memories {
-            validate_memory(&m.memory)?;
-            metadata_hashes(&m.memory.metadata)?;
-            if let Some(v) = &m.embedding {
-                validate_vector(v, dims)?;
-            }
-        }
+        // checked and split into stored halves before the write joins a group
+        let rows = memories
+            .into_iter()
+            .map(|m| {
+                validate_memory(&m.memory)?;
+                if let Some(v) = &m.embedding {
+                    validate_vector(v, dims)?;
+                }
+                let (col, payload) = build_row(m.memory)?;
+                Ok((col, payload, m.unstamped, m.embedding))
+            })
+            .collect::<Result<Vec<_>>>()?;
         self.submit(move |tx: &mut Tx<'_>| {
             // validate the whole batch before writing any of it
-            let mut seen: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
-            for m in &memories {
-                let (id, ns) = (m.memory.id.as_str(), m.memory.namespace.as_str());
+            let mut seen: HashMap<&str, &str> = HashMap::new();
+            for (col, ..) in &rows {
+                let (id, ns) = (col.id.as_str(), col.namespace.as_str());
                 let owner = match seen.get(id) {
                     Some(o) => Some((*o).to_owned()),
                     None => match tx.batch.rid(id)? {
@@ -39,26 +46,24 @@ impl Engine {
                 seen.insert(id, ns);
             }
             let now = now_micros();
-            let mut inserted = Vec::with_capacity(memories.len());
-            for m in memories {
-                let old = match tx.batch.rid(&m.memory.id)? {
+            let mut inserted = Vec::with_capacity(rows.len());
+            for (mut col, payload, unstamped, embedding) in rows {
+                let old = match tx.batch.rid(&col.id)? {
                     Some(rid) => tx.batch.col(rid)?.map(|c| (rid, c)),
                     None => None,
                 };
-                let mut mem = m.memory;
-                mem.created_at = match &old {
+                col.created_at = match &old {
                     Some((_, c)) => c.created_at,
-                    None if m.has_created_at => mem.created_at,
-                    None => now,
+                    None if unstamped.created_at => now,
+                    None => col.created_at,
                 };
-                if !m.has_updated_at {
-                    mem.updated_at = now;
+                if unstamped.updated_at {
+                    col.updated_at = now;
                 }
-                if !m.has_last_accessed_at {
-                    mem.last_accessed_at = now;
+                if unstamped.last_accessed_at {
+                    col.last_accessed_at = now;
                 }
-                let (col, payload) = build_row(&mem)?;
-                let vector = match m.embedding {
+                let vector = match embedding {
                     Some(v) if !v.is_empty() => VecChange::Set(v),
                     _ => VecChange::Remove,
                 };
@@ -82,9 +87,6 @@ impl Engine {
         if let Some(Some(v)) = &patch.embedding {
             validate_vector(v, dims)?;
         }
-        if let Some(m) = &patch.metadata {
-            metadata_hashes(m)?;
-        }
         if patch.importance.is_some_and(|x| !x.is_finite())
             || patch
                 .confidence
@@ -97,66 +99,19 @@ impl Engine {
         let (ns, id) = (ns.to_owned(), id.to_owned());
         self.submit(move |tx: &mut Tx<'_>| {
             let (rid, old) = tx.load(&ns, &id)?;
-            let p = tx.batch.payload(rid)?;
-            let mut m = to_memory(&old, p);
-            let payload_changed = patch.content.is_some()
-                || patch.summary.is_some()
-                || patch.metadata.is_some()
-                || patch.tags.is_some()
-                || patch.linked_memory_ids.is_some();
-            if let Some((c, fp)) = patch.content {
-                m.content = c;
-                m.fingerprint = fp;
-            }
-            if let Some(x) = patch.tier {
-                m.tier = x;
-            }
-            if let Some(x) = patch.level {
-                m.level = x;
-            }
-            if let Some(x) = patch.summary {
-                m.summary = x;
-            }
-            if let Some(x) = patch.metadata {
-                m.metadata = x;
-            }
-            if let Some(x) = patch.tags {
-                m.tags = x;
-            }
-            if let Some(x) = patch.importance {
-                m.importance = x;
-            }
-            m.updated_at = patch.updated_at.unwrap_or_else(now_micros);
-            if let Some(x) = patch.last_accessed_at {
-                m.last_accessed_at = x;
-            }
-            if let Some(x) = patch.access_count {
-                m.access_count = x;
-            }
-            if let Some(x) = patch.expires_at {
-                m.expires_at = x;
-            }
-            if let Some(x) = patch.superseded_by {
-                m.superseded_by = x;
-            }
-            if let Some(x) = patch.valid_from {
-                m.valid_from = x;
-            }
-            if let Some(x) = patch.valid_to {
-                m.valid_to = x;
-            }
-            if let Some(x) = patch.confidence {
-                m.confidence = x;
-            }
-            if let Some(x) = patch.linked_memory_ids {
-                m.linked_memory_ids = x;
-            }
-            let (col, payload) = build_row(&m)?;
-            let vector = match patch.embedding {
+            let mut m = to_memory(&old, tx.batch.payload(rid)?);
+            let payload_changed = patch.touches_payload();
+            let stamped = patch.updated_at.is_some();
+            let vector = match &patch.embedding {
                 None => VecChange::Keep,
-                Some(Some(v)) if !v.is_empty() => VecChange::Set(v),
+                Some(Some(v)) if !v.is_empty() => VecChange::Set(v.clone()),
                 Some(_) => VecChange::Remove,
             };
+            m.apply(patch);
+            if !stamped {
+                m.updated_at = now_micros();
+            }
+            let (col, payload) = build_row(m.clone())?;
             tx.write(
                 rid,
                 Some(&old),

@@ -5,11 +5,11 @@ use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDateTime, PyDict, PyList, PyTzInfo};
+use pyo3::types::{PyDateTime, PyDict, PyList, PyString, PyTzInfo};
 
 use super::errors::raise;
 use crate::types::{
-    FilterSpec, Level, Memory, MemoryPatch, Micros, NewMemory, Scored, SortKey, Tier,
+    FilterSpec, Level, Memory, MemoryPatch, Micros, NewMemory, Scored, SortKey, Tier, Unstamped,
 };
 
 fn invalid(py: Python<'_>, msg: String) -> PyErr {
@@ -59,43 +59,6 @@ fn embedding(d: &Bound<'_, PyDict>) -> PyResult<Option<Vec<f32>>> {
     }
 }
 
-/// A row dict -> a memory to write.
-pub fn new_memory(d: &Bound<'_, PyDict>) -> PyResult<NewMemory> {
-    let py = d.py();
-    let created: Option<Micros> = field(d, "created_at")?;
-    let updated: Option<Micros> = field(d, "updated_at")?;
-    let accessed: Option<Micros> = field(d, "last_accessed_at")?;
-    let memory = Memory {
-        id: req(d, "id")?,
-        namespace: req(d, "namespace")?,
-        content: req(d, "content")?,
-        tier: tier(py, &req::<String>(d, "tier")?)?,
-        level: level(py, field(d, "level")?)?,
-        summary: field(d, "summary")?.unwrap_or_default(),
-        metadata: field(d, "metadata")?.unwrap_or_else(|| "{}".to_owned()),
-        tags: field(d, "tags")?.unwrap_or_default(),
-        importance: field(d, "importance")?.unwrap_or(0.0),
-        created_at: created.unwrap_or(0),
-        updated_at: updated.unwrap_or(0),
-        last_accessed_at: accessed.unwrap_or(0),
-        access_count: field(d, "access_count")?.unwrap_or(0),
-        expires_at: field(d, "expires_at")?,
-        superseded_by: field(d, "superseded_by")?,
-        valid_from: field(d, "valid_from")?,
-        valid_to: field(d, "valid_to")?,
-        confidence: field(d, "confidence")?,
-        linked_memory_ids: field(d, "linked_memory_ids")?.unwrap_or_default(),
-        fingerprint: field(d, "fingerprint")?.unwrap_or_default(),
-    };
-    Ok(NewMemory {
-        memory,
-        has_created_at: created.is_some(),
-        has_updated_at: updated.is_some(),
-        has_last_accessed_at: accessed.is_some(),
-        embedding: embedding(d)?,
-    })
-}
-
 /// `Some(value)` when the key is present: Some(None) for an explicit None.
 #[allow(
     clippy::option_option,
@@ -112,39 +75,137 @@ fn opt_field<'py, T: FromPyObjectOwned<'py>>(
     }
 }
 
-/// A partial row dict -> a patch (only present keys change).
-pub fn patch(d: &Bound<'_, PyDict>) -> PyResult<MemoryPatch> {
-    let py = d.py();
-    let content: Option<String> = field(d, "content")?;
-    let fp: Option<String> = field(d, "fingerprint")?;
-    Ok(MemoryPatch {
-        content: content.map(|c| (c, fp.unwrap_or_default())),
-        tier: field::<String>(d, "tier")?
-            .map(|s| tier(py, &s))
-            .transpose()?,
-        level: opt_field::<String>(d, "level")?
-            .map(|l| level(py, l))
-            .transpose()?,
-        summary: field(d, "summary")?,
-        metadata: field(d, "metadata")?,
-        tags: field(d, "tags")?,
-        importance: field(d, "importance")?,
-        updated_at: field(d, "updated_at")?,
-        last_accessed_at: field(d, "last_accessed_at")?,
-        access_count: field(d, "access_count")?,
-        expires_at: opt_field(d, "expires_at")?,
-        superseded_by: opt_field(d, "superseded_by")?,
-        valid_from: opt_field(d, "valid_from")?,
-        valid_to: opt_field(d, "valid_to")?,
-        confidence: opt_field(d, "confidence")?,
-        linked_memory_ids: field(d, "linked_memory_ids")?,
-        embedding: if d.contains("embedding")? {
-            Some(embedding(d)?)
-        } else {
-            None
-        },
-    })
+fn metadata<'py>(py: Python<'py>, c: &Classes, json: String) -> PyResult<Bound<'py, PyAny>> {
+    if json.is_empty() || json == "{}" {
+        Ok(PyDict::new(py).into_any())
+    } else {
+        c.metadata.bind(py).call1((json,))
+    }
 }
+
+/// A row's three timestamps are usually equal: they share one (immutable) datetime object.
+#[derive(Default)]
+struct Stamps<'py>(Option<(Micros, Bound<'py, PyDateTime>)>);
+
+impl<'py> Stamps<'py> {
+    fn get(&mut self, py: Python<'py>, us: Micros) -> PyResult<Bound<'py, PyDateTime>> {
+        match &self.0 {
+            Some((t, dt)) if *t == us => Ok(dt.clone()),
+            _ => {
+                let dt = datetime(py, us)?;
+                self.0.get_or_insert((us, dt.clone()));
+                Ok(dt)
+            }
+        }
+    }
+}
+
+/// How each kind of `Memory` field crosses to and from Python (see `for_memory_fields`):
+/// written rows arrive as dicts of plain values (`memini._convert.memory_to_row`); read rows
+/// leave as `memini.Memory` objects with enum members, datetimes and metadata dicts.
+macro_rules! memory_io {
+    ($( $(#[$doc:meta])* $name:ident : $ty:ty, $rec:ident, $py:ident, $upd:ident; )*) => {
+        /// A row dict -> a memory to write.
+        pub fn new_memory(d: &Bound<'_, PyDict>) -> PyResult<NewMemory> {
+            let py = d.py();
+            let mut unstamped = Unstamped::default();
+            let memory = Memory {
+                $( $name: memory_io!(@read $py, py, d, unstamped, $name), )*
+            };
+            Ok(NewMemory { memory, unstamped, embedding: embedding(d)? })
+        }
+
+        /// A partial row dict -> a patch (only present keys change).
+        pub fn patch(d: &Bound<'_, PyDict>) -> PyResult<MemoryPatch> {
+            let py = d.py();
+            Ok(MemoryPatch {
+                $( $name: memory_io!(@patch $py, py, d, $name), )*
+                embedding: if d.contains("embedding")? {
+                    Some(embedding(d)?)
+                } else {
+                    None
+                },
+            })
+        }
+
+        /// A row -> `memini.Memory` (enum members, aware UTC datetimes, parsed metadata,
+        /// `embedding=None`).
+        pub fn memory(py: Python<'_>, m: Memory) -> PyResult<Bound<'_, PyAny>> {
+            let c = classes(py)?;
+            let obj = Instance::new(py, c, &c.memory)?;
+            let mut stamps = Stamps::default();
+            $( memory_io!(@write $py, py, c, obj, stamps, m, $name); )*
+            obj.set(intern!(py, "embedding"), py.None())?;
+            Ok(obj.0)
+        }
+    };
+
+    (@read text, $py:ident, $d:ident, $u:ident, $name:ident) => { req($d, stringify!($name))? };
+    (@read digest, $py:ident, $d:ident, $u:ident, $name:ident) => {
+        field($d, stringify!($name))?.unwrap_or_default()
+    };
+    (@read tier, $py:ident, $d:ident, $u:ident, $name:ident) => {
+        tier($py, &req::<String>($d, stringify!($name))?)?
+    };
+    (@read level, $py:ident, $d:ident, $u:ident, $name:ident) => {
+        level($py, field($d, stringify!($name))?)?
+    };
+    (@read json, $py:ident, $d:ident, $u:ident, $name:ident) => {
+        field($d, stringify!($name))?.unwrap_or_else(|| "{}".to_owned())
+    };
+    (@read time, $py:ident, $d:ident, $u:ident, $name:ident) => {
+        match field($d, stringify!($name))? {
+            Some(us) => us,
+            None => {
+                $u.$name = true;
+                0
+            }
+        }
+    };
+    (@read $kind:ident, $py:ident, $d:ident, $u:ident, $name:ident) => {
+        field($d, stringify!($name))?.unwrap_or_default()
+    };
+
+    (@patch tier, $py:ident, $d:ident, $name:ident) => {
+        field::<String>($d, stringify!($name))?
+            .map(|s| tier($py, &s))
+            .transpose()?
+    };
+    (@patch level, $py:ident, $d:ident, $name:ident) => {
+        opt_field::<String>($d, stringify!($name))?
+            .map(|l| level($py, l))
+            .transpose()?
+    };
+    (@patch opt_text, $py:ident, $d:ident, $name:ident) => { opt_field($d, stringify!($name))? };
+    (@patch opt_float, $py:ident, $d:ident, $name:ident) => { opt_field($d, stringify!($name))? };
+    (@patch opt_time, $py:ident, $d:ident, $name:ident) => { opt_field($d, stringify!($name))? };
+    (@patch $kind:ident, $py:ident, $d:ident, $name:ident) => { field($d, stringify!($name))? };
+
+    (@write digest, $py:ident, $c:ident, $o:ident, $s:ident, $m:ident, $name:ident) => {};
+    (@write tier, $py:ident, $c:ident, $o:ident, $s:ident, $m:ident, $name:ident) => {
+        $o.set(intern!($py, stringify!($name)), $c.tiers[$m.$name as usize].bind($py))?
+    };
+    (@write level, $py:ident, $c:ident, $o:ident, $s:ident, $m:ident, $name:ident) => {
+        $o.set(
+            intern!($py, stringify!($name)),
+            $m.$name.map(|l| $c.levels[l as usize].bind($py)),
+        )?
+    };
+    (@write json, $py:ident, $c:ident, $o:ident, $s:ident, $m:ident, $name:ident) => {
+        $o.set(intern!($py, stringify!($name)), metadata($py, $c, $m.$name)?)?
+    };
+    (@write time, $py:ident, $c:ident, $o:ident, $s:ident, $m:ident, $name:ident) => {
+        $o.set(intern!($py, stringify!($name)), $s.get($py, $m.$name)?)?
+    };
+    (@write opt_time, $py:ident, $c:ident, $o:ident, $s:ident, $m:ident, $name:ident) => {
+        $o.set(intern!($py, stringify!($name)), opt_datetime($py, $m.$name)?)?
+    };
+    (@write $kind:ident, $py:ident, $c:ident, $o:ident, $s:ident, $m:ident, $name:ident) => {
+        $o.set(intern!($py, stringify!($name)), $m.$name)?
+    };
+}
+
+crate::for_memory_fields!(memory_io);
 
 /// A filter-spec dict -> `FilterSpec`.
 pub fn filter(d: &Bound<'_, PyDict>) -> PyResult<FilterSpec> {
@@ -180,6 +241,8 @@ pub fn filter(d: &Bound<'_, PyDict>) -> PyResult<FilterSpec> {
 struct Classes {
     /// `object.__new__`: makes a dataclass instance without running `__init__`.
     new: Py<PyAny>,
+    /// `object.__setattr__`: sets a field of an instance with `__slots__`.
+    setattr: Py<PyAny>,
     memory: Py<PyAny>,
     scored: Py<PyAny>,
     /// `Tier` members in `Tier::ALL` order, `Level` members in `Level::ALL` order.
@@ -209,6 +272,11 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
                 .getattr("object")?
                 .getattr("__new__")?
                 .unbind(),
+            setattr: py
+                .import("builtins")?
+                .getattr("object")?
+                .getattr("__setattr__")?
+                .unbind(),
             memory: types.getattr("Memory")?.unbind(),
             scored: types.getattr("Scored")?.unbind(),
             tiers: members("Tier", &tiers)?,
@@ -221,18 +289,32 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
     })
 }
 
-/// A new instance of the dataclass `cls` and its empty `__dict__`, for the caller to fill
-/// with every field (exactly what the dataclass `__init__` does, minus argument parsing).
-fn instance<'py>(
-    py: Python<'py>,
-    c: &Classes,
-    cls: &Py<PyAny>,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyDict>)> {
-    let obj = c.new.bind(py).call1((cls.bind(py),))?;
-    let fields = obj
-        .getattr(intern!(py, "__dict__"))?
-        .cast_into::<PyDict>()?;
-    Ok((obj, fields))
+/// A new instance of a dataclass, made without running `__init__`, for the caller to set every
+/// field (exactly what `__init__` does, minus argument parsing). Fields go straight into the
+/// instance `__dict__`, or through `object.__setattr__` for a class with `__slots__` (which
+/// also passes a frozen dataclass's guard).
+struct Instance<'py>(Bound<'py, PyAny>, Option<Bound<'py, PyDict>>);
+
+impl<'py> Instance<'py> {
+    fn new(py: Python<'py>, c: &Classes, cls: &Py<PyAny>) -> PyResult<Self> {
+        let obj = c.new.bind(py).call1((cls.bind(py),))?;
+        let fields = match obj.getattr(intern!(py, "__dict__")) {
+            Ok(d) => Some(d.cast_into::<PyDict>()?),
+            Err(_) => None,
+        };
+        Ok(Self(obj, fields))
+    }
+
+    fn set(&self, name: &Bound<'py, PyString>, value: impl IntoPyObject<'py>) -> PyResult<()> {
+        match &self.1 {
+            Some(d) => d.set_item(name, value),
+            None => {
+                let py = self.0.py();
+                let setattr = classes(py)?.setattr.bind(py);
+                setattr.call1((&self.0, name, value)).map(|_| ())
+            }
+        }
+    }
 }
 
 const US_PER_DAY: Micros = 86_400_000_000;
@@ -283,51 +365,6 @@ fn opt_datetime(py: Python<'_>, us: Option<Micros>) -> PyResult<Option<Bound<'_,
     us.map(|us| datetime(py, us)).transpose()
 }
 
-/// A row -> `memini.Memory` (enum members, aware UTC datetimes, parsed metadata,
-/// `embedding=None`), with the fields in the dataclass's order.
-pub fn memory(py: Python<'_>, m: Memory) -> PyResult<Bound<'_, PyAny>> {
-    let c = classes(py)?;
-    let (obj, d) = instance(py, c, &c.memory)?;
-    let metadata = if m.metadata.is_empty() || m.metadata == "{}" {
-        PyDict::new(py).into_any()
-    } else {
-        c.metadata.bind(py).call1((m.metadata,))?
-    };
-    d.set_item(intern!(py, "id"), m.id)?;
-    d.set_item(intern!(py, "namespace"), m.namespace)?;
-    d.set_item(intern!(py, "content"), m.content)?;
-    d.set_item(intern!(py, "tier"), c.tiers[m.tier as usize].bind(py))?;
-    d.set_item(
-        intern!(py, "level"),
-        m.level.map(|l| c.levels[l as usize].bind(py)),
-    )?;
-    d.set_item(intern!(py, "summary"), m.summary)?;
-    d.set_item(intern!(py, "metadata"), metadata)?;
-    d.set_item(intern!(py, "tags"), m.tags)?;
-    d.set_item(intern!(py, "importance"), m.importance)?;
-    // datetimes are immutable: equal stamps (a fresh row's three) share one object
-    let created = datetime(py, m.created_at)?;
-    let same = |us: Micros| -> PyResult<Bound<'_, PyDateTime>> {
-        if us == m.created_at {
-            Ok(created.clone())
-        } else {
-            datetime(py, us)
-        }
-    };
-    d.set_item(intern!(py, "created_at"), &created)?;
-    d.set_item(intern!(py, "updated_at"), same(m.updated_at)?)?;
-    d.set_item(intern!(py, "last_accessed_at"), same(m.last_accessed_at)?)?;
-    d.set_item(intern!(py, "access_count"), m.access_count)?;
-    d.set_item(intern!(py, "expires_at"), opt_datetime(py, m.expires_at)?)?;
-    d.set_item(intern!(py, "superseded_by"), m.superseded_by)?;
-    d.set_item(intern!(py, "valid_from"), opt_datetime(py, m.valid_from)?)?;
-    d.set_item(intern!(py, "valid_to"), opt_datetime(py, m.valid_to)?)?;
-    d.set_item(intern!(py, "confidence"), m.confidence)?;
-    d.set_item(intern!(py, "linked_memory_ids"), m.linked_memory_ids)?;
-    d.set_item(intern!(py, "embedding"), py.None())?;
-    Ok(obj)
-}
-
 /// Rows -> list of `memini.Memory`.
 pub fn memories(py: Python<'_>, ms: Vec<Memory>) -> PyResult<Bound<'_, PyList>> {
     let items = ms
@@ -343,10 +380,10 @@ pub fn hits(py: Python<'_>, hs: Vec<Scored>) -> PyResult<Bound<'_, PyList>> {
     let items = hs
         .into_iter()
         .map(|h| {
-            let (obj, d) = instance(py, c, &c.scored)?;
-            d.set_item(intern!(py, "memory"), memory(py, h.memory)?)?;
-            d.set_item(intern!(py, "score"), h.score)?;
-            Ok(obj)
+            let obj = Instance::new(py, c, &c.scored)?;
+            obj.set(intern!(py, "memory"), memory(py, h.memory)?)?;
+            obj.set(intern!(py, "score"), h.score)?;
+            Ok(obj.0)
         })
         .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, items)

@@ -6,7 +6,8 @@
     reason = "24-bit integers made into f32 exactly"
 )]
 
-use memini::{FilterSpec, Memory, Metric, NewMemory, Options, Tier};
+use memini::types::Unstamped;
+use memini::{FilterSpec, Memory, Metric, NewMemory, Options};
 
 pub fn now() -> i64 {
     memini::types::now_micros()
@@ -18,27 +19,16 @@ pub fn mem(id: &str, ns: &str, content: &str, vector: Option<Vec<f32>>) -> NewMe
             id: id.into(),
             namespace: ns.into(),
             content: content.into(),
-            tier: Tier::Semantic,
-            level: None,
-            summary: String::new(),
             metadata: "{}".into(),
             tags: vec!["t".into()],
             importance: 0.5,
-            created_at: 0,
-            updated_at: 0,
-            last_accessed_at: 0,
-            access_count: 0,
-            expires_at: None,
-            superseded_by: None,
-            valid_from: None,
-            valid_to: None,
-            confidence: None,
-            linked_memory_ids: vec![],
-            fingerprint: String::new(),
+            ..Memory::default()
         },
-        has_created_at: false,
-        has_updated_at: false,
-        has_last_accessed_at: false,
+        unstamped: Unstamped {
+            created_at: true,
+            updated_at: true,
+            last_accessed_at: true,
+        },
         embedding: vector,
     }
 }
