@@ -23,6 +23,7 @@ pub(super) fn open_vectors(
 ) -> Result<(VectorIndex, u64)> {
     let mut vi = VectorIndex::new(dims, metric, tuning);
     let loaded = dir.and_then(|d| vi.load(&d.join("vectors")));
+    let loaded_graphs = vi.namespaces();
     if let Some(from) = loaded {
         let changes = snap.changes_after(from)?;
         let complete = from == seq || changes.first().is_some_and(|(s, _)| *s == from + 1);
@@ -57,6 +58,18 @@ pub(super) fn open_vectors(
                     .push((k, *rid));
             }
         }
+    }
+    // the graphs loaded from the checkpoint: index their vectors for exact matches
+    let mut old: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for c in cols.rows.values() {
+        if let Some(k) = c.vkey {
+            if loaded_graphs.contains(&c.namespace) && vi.contains(&c.namespace, k) {
+                old.entry(c.namespace.as_str()).or_default().push(k);
+            }
+        }
+    }
+    for (ns, keys) in old {
+        vi.index_exact(ns, &keys);
     }
     for (ns, keys) in missing {
         vi.add(ns, vectors_of(snap, &keys)?)?;

@@ -1,8 +1,4 @@
-#![allow(
-    clippy::cast_precision_loss,
-    clippy::unwrap_used,
-    reason = "tests: small counts made into floats"
-)]
+#![allow(clippy::unwrap_used, reason = "tests")]
 
 //! The engine on a many-core machine, simulated with a 64-thread worker pool (more threads
 //! than usearch has slots): bulk loads, rebuilds, reopens and 48 threads mixing writes and
@@ -20,18 +16,11 @@ fn assert_searchable(e: &Engine, rows: u64) {
         e.count("n", &live()).unwrap(),
         usize::try_from(rows).unwrap()
     );
-    let mut own = 0;
     for i in (0..rows).step_by(37) {
         let hits = e.vector_search("n", &vector(i, DIMS), &live(), 10).unwrap();
         assert_eq!(hits.len(), 10);
-        own += usize::from(hits.iter().any(|h| h.memory.id == format!("r{i}")));
+        assert_eq!(hits[0].memory.id, format!("r{i}"));
     }
-    // HNSW is approximate on random 16-d vectors (self-recall is a separate guarantee)
-    let probes = rows.div_ceil(37);
-    assert!(
-        own as f64 >= 0.9 * probes as f64,
-        "{own} of {probes} rows found themselves"
-    );
 }
 
 #[test]
@@ -52,7 +41,7 @@ fn sixty_four_workers_and_forty_eight_threads() {
             s.spawn(move || {
                 for j in 0..40u64 {
                     if t % 2 == 0 {
-                        let i = 6000 + t * 40 + j;
+                        let i = 6000 + t / 2 * 40 + j;
                         let m = mem(&format!("r{i}"), "n", "row", Some(vector(i, DIMS)));
                         e.upsert_many(vec![m]).unwrap();
                     } else {

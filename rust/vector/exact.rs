@@ -132,6 +132,11 @@ impl<'q> Nearest<'q> {
         }
     }
 
+    /// The query.
+    pub(super) fn query(&self) -> &'q [f32] {
+        self.query
+    }
+
     /// The kept keys, unordered.
     pub(super) fn into_keys(self) -> Vec<u64> {
         self.heap.into_iter().map(|c| c.1).collect()

@@ -218,10 +218,11 @@ impl VectorIndex {
             all.len()
         );
         g.add_all(&all, &self.slots)?;
-        self.parts.insert(
-            ns.to_owned(),
-            Partition::Graph(GraphPart::new(g, self.dims)),
-        );
+        let mut part = GraphPart::new(g, self.dims);
+        for (k, v) in &all {
+            part.exact.insert(*k, v);
+        }
+        self.parts.insert(ns.to_owned(), Partition::Graph(part));
         Ok(())
     }
 
@@ -241,6 +242,19 @@ impl VectorIndex {
                         g.get(*k, &mut buf, &p).then_some(buf)
                     })
                     .collect()
+            }
+        }
+    }
+
+    /// Indexes the listed keys of a loaded graph for exact matches (a checkpoint holds the
+    /// graph, not this index); keys the graph lacks are skipped.
+    pub fn index_exact(&mut self, ns: &str, keys: &[u64]) {
+        let vectors = self.vectors(ns, keys);
+        if let Some(Partition::Graph(g)) = self.parts.get_mut(ns) {
+            for (k, v) in keys.iter().zip(vectors) {
+                if let Some(v) = v {
+                    g.exact.insert(*k, &v);
+                }
             }
         }
     }
@@ -280,7 +294,9 @@ impl VectorIndex {
             .values()
             .map(|p| match p {
                 Partition::Flat(f) => f.memory_usage(),
-                Partition::Graph(g) => g.graph.memory_usage() + g.overlay.adds.memory_usage(),
+                Partition::Graph(g) => {
+                    g.graph.memory_usage() + g.overlay.adds.memory_usage() + g.exact.memory_usage()
+                }
             })
             .sum()
     }
@@ -327,6 +343,12 @@ impl VectorIndex {
         self.parts
             .retain(|_, part| !matches!(part, Partition::Graph(g) if g.live() == 0));
         Ok(())
+    }
+
+    /// Namespaces that have a partition.
+    #[must_use]
+    pub fn namespaces(&self) -> Vec<String> {
+        self.parts.keys().cloned().collect()
     }
 
     /// Namespaces whose graph is frozen or has changes waiting in its overlay.

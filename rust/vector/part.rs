@@ -1,4 +1,10 @@
-//! A namespace's partition: a flat array, or a graph with its overlay.
+//! A namespace's partition: a flat array, or a graph with its overlay and exact-match index.
+//!
+//! HNSW leaves a few nodes that no search reaches (measured on 96k real MiniLM vectors:
+//! ~0.08%, most of them orphaned *after* their insert, as later inserts pruned the edges to
+//! them; re-inserting fixes ~70%). So that every stored vector is still found by a query
+//! equal to it, each graph partition also indexes its live vectors by a hash of their bits
+//! ([`ExactIndex`]): a search adds the stored vectors equal to the query to its candidates.
 //!
 //! While a checkpoint saves a graph (outside the engine's state lock, so writers never wait
 //! for it), nothing may change the graph: the partition is *frozen*, and its changes go to the
@@ -7,13 +13,54 @@
 //! partition thaws: the graves are buried and the added vectors drain into the graph in small
 //! steps, searchable in the overlay until they are in.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use super::exact::{Flat, Nearest};
 use super::graph::{Graph, Permit, Slots};
 use super::GRAVE;
 use crate::error::Result;
+
+/// The live vectors of a graph by a hash of their bits (see the module docs).
+#[derive(Default)]
+pub(super) struct ExactIndex {
+    by_hash: BTreeSet<(u64, u64)>,
+    hash_of: HashMap<u64, u64>,
+}
+
+/// Hash of a vector's bits, with -0.0 read as 0.0 (they are equal).
+fn bits_hash(v: &[f32]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for x in v {
+        (x + 0.0).to_bits().hash(&mut h);
+    }
+    h.finish()
+}
+
+impl ExactIndex {
+    pub(super) fn insert(&mut self, key: u64, v: &[f32]) {
+        let h = bits_hash(v);
+        self.by_hash.insert((h, key));
+        self.hash_of.insert(key, h);
+    }
+
+    fn remove(&mut self, key: u64) {
+        if let Some(h) = self.hash_of.remove(&key) {
+            self.by_hash.remove(&(h, key));
+        }
+    }
+
+    /// Keys whose vector hashes like `q` (equal vectors, and rarely a collision).
+    fn candidates(&self, q: &[f32]) -> impl Iterator<Item = u64> + '_ {
+        let h = bits_hash(q);
+        self.by_hash.range((h, 0)..=(h, u64::MAX)).map(|(_, k)| *k)
+    }
+
+    pub(super) fn memory_usage(&self) -> usize {
+        self.hash_of.len() * 48
+    }
+}
 
 /// Changes a graph takes while it is frozen (see the module docs).
 pub(super) struct Overlay {
@@ -25,6 +72,7 @@ pub(super) struct Overlay {
 pub(super) struct GraphPart {
     pub(super) graph: Arc<Graph>,
     pub(super) overlay: Overlay,
+    pub(super) exact: ExactIndex,
     /// A checkpoint is saving `graph`: no change may reach it.
     pub(super) frozen: bool,
 }
@@ -42,6 +90,7 @@ impl GraphPart {
                 adds: Flat::new(dims),
                 graves: HashSet::new(),
             },
+            exact: ExactIndex::default(),
             frozen: false,
         }
     }
@@ -71,6 +120,7 @@ impl GraphPart {
     }
 
     pub(super) fn remove(&mut self, key: u64, p: &Permit<'_>) -> Result<()> {
+        self.exact.remove(key);
         if self.overlay.adds.remove(key) {
             Ok(())
         } else if self.frozen {
@@ -91,6 +141,9 @@ impl GraphPart {
     }
 
     pub(super) fn add(&mut self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
+        for (k, v) in items {
+            self.exact.insert(*k, v);
+        }
         if self.frozen {
             for (k, v) in items {
                 self.overlay.adds.insert(*k, v);
@@ -101,9 +154,9 @@ impl GraphPart {
         self.graph.add_all(items, slots)
     }
 
-    /// The graph's candidates joined by the overlay's best `keep` passing `pass`, graves
-    /// dropped.
-    pub(super) fn with_overlay(
+    /// The graph's candidates completed: graves dropped, the stored vectors equal to the
+    /// query and the overlay's best passing `pass` added.
+    pub(super) fn complete(
         &self,
         mut cands: Vec<u64>,
         nearest: Nearest<'_>,
@@ -112,6 +165,7 @@ impl GraphPart {
         if !self.overlay.graves.is_empty() {
             cands.retain(|k| !self.overlay.graves.contains(k));
         }
+        cands.extend(self.exact.candidates(nearest.query()).filter(|k| pass(*k)));
         if !self.overlay.adds.is_empty() {
             let mut nearest = nearest;
             self.overlay.adds.scan(&mut nearest, pass);

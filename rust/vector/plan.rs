@@ -182,7 +182,7 @@ impl VectorIndex {
                     }
                 };
                 found.truncate(keep);
-                let found = g.with_overlay(found, self.nearest(query, k), |_| true);
+                let found = g.complete(found, self.nearest(query, k), |_| true);
                 if found.len() < k.min(g.live()) {
                     self.took(Route::Fallback);
                     return Ok(self.graph_scan(g, query, k, &all_keys()));
@@ -207,7 +207,7 @@ impl VectorIndex {
                     if found.len() >= k {
                         self.took(Route::Overfetch);
                         found.truncate(keep);
-                        return Ok(g.with_overlay(found, self.nearest(query, k), pred));
+                        return Ok(g.complete(found, self.nearest(query, k), pred));
                     }
                     count = k;
                 } else {
@@ -240,7 +240,7 @@ impl VectorIndex {
                 keys.truncate(keep);
                 found.retain(|key| !keys.contains(key));
                 keys.extend(found);
-                Ok(g.with_overlay(keys, self.nearest(query, k), pred))
+                Ok(g.complete(keys, self.nearest(query, k), pred))
             }
         }
     }
