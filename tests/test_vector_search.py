@@ -669,3 +669,45 @@ def test_huge_k_returns_every_match(method: str, k: int) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout) == {"hits": 5}
+
+
+# ---------------------------------------------------------------------------------------------
+# every stored vector is found first by a query equal to it, on real embeddings
+
+
+def _real_vectors(n: int) -> np.ndarray | None:
+    """The first ``n`` distinct pypi-100k embeddings (``MEMINI_BENCH_DATA`` or ../shared)."""
+    import os
+
+    default = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "pypi-100k"
+    path = Path(os.environ.get("MEMINI_BENCH_DATA", default)) / "vectors.f16.npy"
+    if not path.exists():
+        return None
+    vectors = np.load(path)
+    _, first = np.unique(vectors, axis=0, return_index=True)  # exact duplicates out
+    return vectors[np.sort(first)[:n]].astype(np.float32)
+
+
+@pytest.mark.timeout(600)
+def test_every_real_vector_is_found_first_by_itself(tmp_path: Path) -> None:
+    vectors = _real_vectors(50_000)
+    if vectors is None:
+        pytest.skip("pypi-100k is not here (set MEMINI_BENCH_DATA or put ../shared beside)")
+    n = len(vectors)
+    with Store.open(tmp_path / "s", dims=384, metric="cos") as s:
+        for b in range(0, n, 10_000):
+            s.upsert_many(
+                Memory(id=f"r{i}", namespace=NS, content="", embedding=vectors[i])
+                for i in range(b, min(n, b + 10_000))
+            )
+        lost = [
+            i
+            for b in range(0, n, 5_000)
+            for i, hits in zip(
+                range(b, min(n, b + 5_000)),
+                s.vector_search_many(NS, vectors[b : b + 5_000], k=1),
+                strict=True,
+            )
+            if hits[0].memory.id != f"r{i}"
+        ]
+    assert lost == [], f"{len(lost)} of {n} rows not first for their own vector"
