@@ -149,9 +149,9 @@ impl Inner {
     fn checkpoint_in_turn(&self, _turn: &MutexGuard<'_, ()>, force: bool) -> Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let rows = self.rows.read();
-        let (seq, graphs, keyword) = {
+        let (seq, gen, graphs, keyword) = {
             // counters before state: the commit leader takes them in that order
-            let counters = self.counters.lock();
+            let mut counters = self.counters.lock();
             let mut st = self.state.write();
             let seq = counters.seq;
             if !force && st.vector_seq == seq && st.keyword.committed_seq() == seq {
@@ -162,7 +162,10 @@ impl Inner {
                 log::warn!("an index is out of step with the rows; skipping its checkpoint");
                 return Ok(());
             }
-            (seq, st.vectors.freeze()?, st.keyword.committer())
+            let graphs = st.vectors.freeze()?;
+            // changes from here on go to a new changelog generation
+            counters.log_gen += 1;
+            (seq, counters.log_gen, graphs, st.keyword.committer())
         };
         // no lock held: writes go on, and changes to the frozen graphs wait in overlays
         let saved = keyword
@@ -171,9 +174,12 @@ impl Inner {
         drop(graphs);
         self.thaw(saved.is_ok().then_some(seq))?;
         saved?;
-        let b = rows.begin()?;
-        b.truncate_log(seq.min(keyword.committed_seq()))?;
-        b.commit()?;
+        if keyword.committed_seq() >= seq {
+            // both indexes hold every change of the older generations
+            let b = rows.begin()?;
+            b.drop_logs_before(gen)?;
+            b.commit()?;
+        }
         self.checkpoints
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())

@@ -72,6 +72,9 @@ struct Counters {
     next_rid: u64,
     seq: u64,
     next_vkey: u64,
+    /// The changelog generation writes go to (derived from the tables on open).
+    #[serde(skip)]
+    log_gen: u64,
 }
 
 /// Derived, in-memory state; changed only by the commit leader under the exclusive lock.

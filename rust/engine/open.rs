@@ -112,7 +112,8 @@ impl Engine {
             }
         };
         let snap = rows.snapshot()?;
-        let counters: Counters = snap.meta("counters")?.unwrap_or_default();
+        let mut counters: Counters = snap.meta("counters")?.unwrap_or_default();
+        counters.log_gen = snap.log_gens()?.last().copied().unwrap_or(0);
         let cols = Columns::load(snap.cols()?);
         log::info!(
             "loaded {} rows in {} namespaces",

@@ -149,6 +149,7 @@ impl Tx<'_> {
         };
         self.batch.put(rid, &col, payload)?;
         self.batch.log(
+            self.counters.log_gen,
             seq,
             Change {
                 rid,
@@ -177,6 +178,7 @@ impl Tx<'_> {
         let seq = self.next_seq();
         self.batch.remove(rid, &col.id)?;
         self.batch.log(
+            self.counters.log_gen,
             seq,
             Change {
                 rid,
