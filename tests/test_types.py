@@ -1,6 +1,7 @@
 """Domain types, helpers, ranking formulas and the Python <-> core conversions.
 
-Needs no compiled core: only `memini.types`, `memini.errors` and `memini._convert`.
+Needs no compiled core: only `memini.types`, `memini.errors`, `memini._values` and
+`memini._convert`, but for a few round trips through a store.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hypothesis import strategies as st
 
 import memini.types as types_mod
 from memini import _convert as cv
+from memini import _values as vals
 from memini.errors import CorruptionError, DimensionMismatchError, InvalidArgumentError
 from memini.types import (
     EventKind,
@@ -785,8 +787,8 @@ MINUS_05 = timezone(timedelta(hours=-5))
     ],
 )
 def test_to_micros_exact(dt: datetime, us: int) -> None:
-    assert cv.to_micros(dt) == us
-    back = cv.from_micros(us)
+    assert vals.to_micros(dt) == us
+    back = vals.from_micros(us)
     assert back.tzinfo is UTC
     want = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
     assert back == want
@@ -803,7 +805,7 @@ def test_to_micros_exact(dt: datetime, us: int) -> None:
     ],
 )
 def test_micros_round_trip(dt: datetime) -> None:
-    back = cv.from_micros(cv.to_micros(dt))
+    back = vals.from_micros(vals.to_micros(dt))
     assert back == (dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt)
     assert back.utcoffset() == timedelta(0)
 
@@ -828,19 +830,19 @@ def test_micros_round_trip(dt: datetime) -> None:
 )
 def test_to_micros_rejects(dt: Any, match: str) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
-        cv.to_micros(dt)
+        vals.to_micros(dt)
 
 
 def test_opt_variants_and_from_micros_range() -> None:
-    assert cv.opt_micros(None) is None
-    assert cv.opt_micros(datetime(1970, 1, 1, 0, 0, 1)) == 1_000_000
-    assert cv.from_micros(1_000_000) == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
+    assert vals.opt_micros(None) is None
+    assert vals.opt_micros(datetime(1970, 1, 1, 0, 0, 1)) == 1_000_000
+    assert vals.from_micros(1_000_000) == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
     with pytest.raises(InvalidArgumentError, match=r"^expires_at must be a datetime"):
-        cv.opt_micros(3, "expires_at")  # type: ignore[arg-type]
+        vals.opt_micros(3, "expires_at")  # type: ignore[arg-type]
     with pytest.raises(CorruptionError):
-        cv.from_micros(253_402_300_800_000_000)
+        vals.from_micros(253_402_300_800_000_000)
     with pytest.raises(CorruptionError):
-        cv.from_micros(-62_135_596_800_000_001)
+        vals.from_micros(-62_135_596_800_000_001)
 
 
 # ============================================================================================
@@ -859,7 +861,7 @@ def test_opt_variants_and_from_micros_range() -> None:
     ],
 )
 def test_coerce_enum_accepts(cls: Any, value: object, want: object) -> None:
-    assert cv.coerce_enum(cls, value, "x") is want
+    assert vals.coerce_enum(cls, value, "x") is want
 
 
 @pytest.mark.parametrize(
@@ -883,7 +885,7 @@ def test_coerce_enum_accepts(cls: Any, value: object, want: object) -> None:
 def test_coerce_enum_rejects(cls: Any, value: object, match: str) -> None:
     what = "tier" if cls is Tier else "level"
     with pytest.raises(InvalidArgumentError, match=match):
-        cv.coerce_enum(cls, value, what)
+        vals.coerce_enum(cls, value, what)
 
 
 # ============================================================================================
@@ -906,7 +908,7 @@ def test_coerce_enum_rejects(cls: Any, value: object, match: str) -> None:
     ],
 )
 def test_embedding_to_array_converts(value: object, want: list[float]) -> None:
-    out = cv.embedding_to_array(value, DIMS)
+    out = vals.embedding_to_array(value, DIMS)
     assert out is not None
     assert out.dtype == np.float32 and out.dtype.isnative
     assert out.ndim == 1 and out.flags.c_contiguous
@@ -915,10 +917,10 @@ def test_embedding_to_array_converts(value: object, want: list[float]) -> None:
 
 def test_embedding_to_array_does_not_copy_a_ready_array() -> None:
     v = np.ones(DIMS, dtype=np.float32)
-    assert cv.embedding_to_array(v, DIMS) is v
+    assert vals.embedding_to_array(v, DIMS) is v
     q = np.ones((3, DIMS), dtype=np.float32)
-    assert cv.queries_to_array(q, DIMS) is q
-    assert cv.query_to_array(v, DIMS) is v
+    assert vals.queries_to_array(q, DIMS) is q
+    assert vals.query_to_array(v, DIMS) is v
 
 
 @pytest.mark.parametrize(
@@ -931,7 +933,7 @@ def test_embedding_to_array_does_not_copy_a_ready_array() -> None:
     ],
 )
 def test_embedding_to_array_none_or_empty_is_no_vector(value: object) -> None:
-    assert cv.embedding_to_array(value, DIMS) is None
+    assert vals.embedding_to_array(value, DIMS) is None
 
 
 @pytest.mark.parametrize(
@@ -980,7 +982,7 @@ def test_embedding_to_array_none_or_empty_is_no_vector(value: object) -> None:
 )
 def test_embedding_to_array_rejects(value: object, exc: type[Exception], match: str) -> None:
     with pytest.raises(exc, match=match):
-        cv.embedding_to_array(value, DIMS)
+        vals.embedding_to_array(value, DIMS)
 
 
 @pytest.mark.parametrize(
@@ -995,7 +997,7 @@ def test_embedding_to_array_rejects(value: object, exc: type[Exception], match: 
     ],
 )
 def test_queries_to_array_converts(values: object, shape: tuple[int, int]) -> None:
-    out = cv.queries_to_array(values, DIMS)
+    out = vals.queries_to_array(values, DIMS)
     assert out.shape == shape
     assert out.dtype == np.float32 and out.flags.c_contiguous
 
@@ -1051,7 +1053,7 @@ def test_queries_to_array_converts(values: object, shape: tuple[int, int]) -> No
 )
 def test_queries_to_array_rejects(values: object, exc: type[Exception], match: str) -> None:
     with pytest.raises(exc, match=match):
-        cv.queries_to_array(values, DIMS)
+        vals.queries_to_array(values, DIMS)
 
 
 @pytest.mark.parametrize(
@@ -1069,11 +1071,11 @@ def test_queries_to_array_rejects(values: object, exc: type[Exception], match: s
 )
 def test_query_to_array_rejects(value: object, exc: type[Exception], match: str) -> None:
     with pytest.raises(exc, match=match):
-        cv.query_to_array(value, DIMS)
+        vals.query_to_array(value, DIMS)
 
 
 def test_query_to_array_converts() -> None:
-    out = cv.query_to_array([1, 2, 3, 4], DIMS)
+    out = vals.query_to_array([1, 2, 3, 4], DIMS)
     assert out.dtype == np.float32 and out.shape == (DIMS,)
 
 
@@ -1108,9 +1110,9 @@ def test_query_to_array_converts() -> None:
     ],
 )
 def test_metadata_to_json(meta: dict[str, Any] | None, text: str) -> None:
-    assert cv.metadata_to_json(meta) == text
-    assert cv.metadata_to_json(meta) == text  # deterministic
-    assert cv.json_to_metadata(text) == (meta or {})
+    assert vals.metadata_to_json(meta) == text
+    assert vals.metadata_to_json(meta) == text  # deterministic
+    assert vals.json_to_metadata(text) == (meta or {})
 
 
 def _cyclic() -> dict[str, Any]:
@@ -1159,11 +1161,11 @@ def _deep(n: int) -> dict[str, Any]:
 )
 def test_metadata_to_json_rejects(meta: Any, match: str) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
-        cv.metadata_to_json(meta)
+        vals.metadata_to_json(meta)
 
 
 def test_metadata_depth_limit_boundary() -> None:
-    assert cv.json_to_metadata(cv.metadata_to_json(_deep(100))) == _deep(100)
+    assert vals.json_to_metadata(vals.metadata_to_json(_deep(100))) == _deep(100)
 
 
 @pytest.mark.parametrize(
@@ -1175,7 +1177,7 @@ def test_metadata_depth_limit_boundary() -> None:
     ],
 )
 def test_json_to_metadata(text: str, want: dict[str, Any]) -> None:
-    assert cv.json_to_metadata(text) == want
+    assert vals.json_to_metadata(text) == want
 
 
 @pytest.mark.parametrize(
@@ -1188,7 +1190,7 @@ def test_json_to_metadata(text: str, want: dict[str, Any]) -> None:
 )
 def test_json_to_metadata_corrupt(text: str) -> None:
     with pytest.raises(CorruptionError):
-        cv.json_to_metadata(text)
+        vals.json_to_metadata(text)
 
 
 # ============================================================================================
@@ -1196,7 +1198,7 @@ def test_json_to_metadata_corrupt(text: str) -> None:
 # ============================================================================================
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678_901, tzinfo=UTC)
-T0_US = cv.to_micros(T0)
+T0_US = vals.to_micros(T0)
 
 
 def full_memory(**overrides: Any) -> Memory:
@@ -1601,18 +1603,18 @@ def test_core_memory_round_trip(store: Any) -> None:
 
 def test_core_datetimes_are_exact(store: Any) -> None:
     """The core's micros -> datetime conversion agrees with Python's, edges included."""
-    lo, hi = cv.to_micros(datetime.min), cv.to_micros(datetime.max)
+    lo, hi = vals.to_micros(datetime.min), vals.to_micros(datetime.max)
     edges = [lo, lo + 1, -1, 0, 1, 951_782_400_000_000, 4_107_542_399_999_999, hi - 1, hi]
     rng = np.random.default_rng(7)
     sample = [int(x) for x in rng.integers(lo, hi, size=500, endpoint=True)]
     instants = edges + sample
     store.upsert_many(
-        Memory(id=f"i{i}", namespace="n", content="c", expires_at=cv.from_micros(us))
+        Memory(id=f"i{i}", namespace="n", content="c", expires_at=vals.from_micros(us))
         for i, us in enumerate(instants)
     )
     for i, us in enumerate(instants):
         got = store.get("n", f"i{i}").expires_at
-        assert got == cv.from_micros(us) and got.tzinfo is UTC, us
+        assert got == vals.from_micros(us) and got.tzinfo is UTC, us
 
 
 # ============================================================================================

@@ -34,7 +34,7 @@ from typing import Any
 from memini import events as _events
 from memini import keys as _keys
 from memini import links as _links
-from memini._convert import _check_int, _check_key_hash, _check_text, to_micros
+from memini._values import check_int, check_key_hash, check_text, to_micros
 from memini.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -463,7 +463,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        src, dst = _check_text(src, "src"), _check_text(dst, "dst")
+        src, dst = check_text(src, "src"), check_text(dst, "dst")
         with self._write() as conn:
             return _links.delete_link(conn, src, dst)
 
@@ -479,7 +479,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        src = _check_text(src, "src")
+        src = check_text(src, "src")
         with self._read() as conn:
             return _links.list_links(conn, src)
 
@@ -511,8 +511,8 @@ class MetaDB:
             InvalidArgumentError: An empty or non-string namespace.
             StoreClosedError: The database is closed.
         """
-        from_ns = _check_text(from_ns, "from_ns", non_empty=True)
-        to_ns = _check_text(to_ns, "to_ns", non_empty=True)
+        from_ns = check_text(from_ns, "from_ns", non_empty=True)
+        to_ns = check_text(to_ns, "to_ns", non_empty=True)
         with self._write() as conn:
             _links.rename_link_endpoints(conn, from_ns, to_ns)
 
@@ -530,7 +530,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        namespace = _check_text(namespace, "namespace")
+        namespace = check_text(namespace, "namespace")
         with self._write() as conn:
             return _links.delete_links_of_namespace(conn, namespace)
 
@@ -581,7 +581,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        name = _check_text(name, "name")
+        name = check_text(name, "name")
         with self._write() as conn:
             return _keys.delete_api_key(conn, name)
 
@@ -610,7 +610,7 @@ class MetaDB:
         Raises:
             StoreClosedError: The database is closed.
         """
-        hash_ = _check_key_hash(hash, "hash", lookup=True)
+        hash_ = check_key_hash(hash, "hash", lookup=True)
         with self._read() as conn:
             return _keys.get_api_key_by_hash(conn, hash_)
 
@@ -628,8 +628,8 @@ class MetaDB:
             InvalidArgumentError: An empty or non-string namespace.
             StoreClosedError: The database is closed.
         """
-        from_ns = _check_text(from_ns, "from_ns", non_empty=True)
-        to_ns = _check_text(to_ns, "to_ns", non_empty=True)
+        from_ns = check_text(from_ns, "from_ns", non_empty=True)
+        to_ns = check_text(to_ns, "to_ns", non_empty=True)
         with self._write() as conn:
             _keys.rename_api_key_namespaces(conn, from_ns, to_ns)
 
@@ -679,7 +679,7 @@ class MetaDB:
             StoreClosedError: The database is closed.
         """
         rows = _events.prepare_imported_events(events)
-        next_id = _check_int(next_id, "next_id", non_negative=True)
+        next_id = check_int(next_id, "next_id", non_negative=True)
         with self._write() as conn:
             _events.import_events(conn, rows, next_id)
 
@@ -728,7 +728,7 @@ class MetaDB:
             StoreClosedError: The database is closed.
         """
         cutoff = None if older_than is None else to_micros(older_than, "older_than")
-        keep = _check_int(keep_max, "keep_max")
+        keep = check_int(keep_max, "keep_max")
         with self._write() as conn:
             return _events.prune_events(conn, cutoff, keep)
 

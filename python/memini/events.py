@@ -22,7 +22,7 @@ Invariants:
   when that differs from the original (NULL otherwise, which keeps the common lowercase
   rows small). The text filter is ``instr`` over the folded text: a Unicode-aware,
   case-insensitive substring test in which ``%`` and ``_`` are ordinary characters;
-* ``detail`` is JSON text (`memini._convert.metadata_to_json`, the rule of metadata).
+* ``detail`` is JSON text (`memini._values.metadata_to_json`, the rule of metadata).
 
 Query plans of `list_events` (see `query_plan` and ``benches/bench_events.py``):
 
@@ -48,16 +48,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memini._convert import (
-    _check_int,
-    _check_opt_float,
-    _check_text,
-    _check_text_list,
-    _now_micros,
+from memini._values import (
+    check_int,
+    check_opt_float,
+    check_text,
+    check_text_list,
     coerce_enum,
     coerce_enum_list,
     from_micros,
     metadata_to_json,
+    now_micros,
     to_micros,
 )
 from memini.errors import ConflictError, CorruptionError, InvalidArgumentError
@@ -127,22 +127,22 @@ def _event_row(event: object, what: str, now: int) -> EventRow:
         raise InvalidArgumentError(f"{what} must be an Event, got {type(event).__name__}")
     if event.detail is None:  # unlike Memory.metadata, None is not read as {}
         raise InvalidArgumentError(f"{what}.detail must be a dict with str keys, got None")
-    query = _check_text(event.query, f"{what}.query")
-    summary = _check_text(event.memory_summary, f"{what}.memory_summary")
+    query = check_text(event.query, f"{what}.query")
+    summary = check_text(event.memory_summary, f"{what}.memory_summary")
     tier = event.memory_tier
     return (
-        _check_text(event.op_id, f"{what}.op_id", non_empty=True),
+        check_text(event.op_id, f"{what}.op_id", non_empty=True),
         coerce_enum(EventKind, event.kind, f"{what}.kind").value,
-        _check_text(event.namespace, f"{what}.namespace"),
+        check_text(event.namespace, f"{what}.namespace"),
         query,
-        _check_text(event.memory_id, f"{what}.memory_id"),
-        _check_text(event.memory_ns, f"{what}.memory_ns"),
+        check_text(event.memory_id, f"{what}.memory_id"),
+        check_text(event.memory_ns, f"{what}.memory_ns"),
         None
         if tier is None or tier == ""
         else coerce_enum(Tier, tier, f"{what}.memory_tier").value,
         summary,
-        _check_int(event.rank, f"{what}.rank"),
-        _check_opt_float(event.score, f"{what}.score"),
+        check_int(event.rank, f"{what}.rank"),
+        check_opt_float(event.score, f"{what}.score"),
         metadata_to_json(event.detail, f"{what}.detail"),
         now if event.created_at is None else to_micros(event.created_at, f"{what}.created_at"),
         _fold(query),
@@ -187,7 +187,7 @@ def prepare_events(events: Iterable[Event]) -> list[EventRow]:
         InvalidArgumentError: Not an iterable of `Event`, an empty ``op_id``, an unknown
             kind or tier, a non-finite score, a non-JSON detail, or a field of the wrong type.
     """
-    now = _now_micros()
+    now = now_micros()
     return [_event_row(e, f"events[{i}]", now) for i, e in enumerate(_event_list(events))]
 
 
@@ -207,13 +207,13 @@ def prepare_imported_events(events: Iterable[Event]) -> list[tuple[int, EventRow
         InvalidArgumentError: What `prepare_events` refuses, or an ``id`` <= 0.
         ConflictError: Two events of the batch have the same id.
     """
-    now = _now_micros()
+    now = now_micros()
     out: list[tuple[int, EventRow]] = []
     first_index: dict[int, int] = {}
     for i, event in enumerate(_event_list(events)):
         what = f"events[{i}]"
         row = _event_row(event, what, now)
-        event_id = _check_int(event.id, f"{what}.id")
+        event_id = check_int(event.id, f"{what}.id")
         if event_id <= 0:
             raise InvalidArgumentError(f"{what}.id must be > 0 to be kept, got {event_id}")
         if event_id in first_index:
@@ -324,7 +324,7 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
 
     ``namespace`` wins over ``namespaces``; ``limit <= 0`` means no cap; ``before_id`` must
     be >= 0. ``namespaces``, ``kinds`` and ``tiers`` take a list, tuple or set (None =
-    empty); a bare str is refused (``memini._convert._check_sequence``).
+    empty); a bare str is refused (``memini._values.check_sequence``).
 
     Args:
         filter: The filter.
@@ -342,18 +342,18 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
         raise InvalidArgumentError(
             f"filter must be an EventFilter or None, got {type(filter).__name__}"
         )
-    namespace = _check_text(filter.namespace, "filter.namespace")
+    namespace = check_text(filter.namespace, "filter.namespace")
     namespaces = (
         (namespace,)
         if namespace
         else tuple(
-            dict.fromkeys(_check_text_list(filter.namespaces, "filter.namespaces", unordered=True))
+            dict.fromkeys(check_text_list(filter.namespaces, "filter.namespaces", unordered=True))
         )
     )
-    before_id = _check_int(filter.before_id, "filter.before_id")
+    before_id = check_int(filter.before_id, "filter.before_id")
     if before_id < 0:
         raise InvalidArgumentError(f"filter.before_id must be >= 0, got {before_id}")
-    limit = _check_int(filter.limit, "filter.limit")
+    limit = check_int(filter.limit, "filter.limit")
     return EventQuery(
         namespaces=namespaces,
         kinds=tuple(
@@ -368,7 +368,7 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
                 for t in coerce_enum_list(Tier, filter.tiers, "filter.tiers", unordered=True)
             )
         ),
-        text=_check_text(filter.text, "filter.text").casefold(),
+        text=check_text(filter.text, "filter.text").casefold(),
         since=None if filter.since is None else to_micros(filter.since, "filter.since"),
         before=None if filter.before is None else to_micros(filter.before, "filter.before"),
         before_id=before_id,

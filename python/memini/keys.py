@@ -23,12 +23,12 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from memini._convert import (
-    _check_bool,
-    _check_key_hash,
-    _check_text,
-    _now_micros,
+from memini._values import (
+    check_bool,
+    check_key_hash,
+    check_text,
     from_micros,
+    now_micros,
     to_micros,
 )
 from memini.errors import ConflictError, InvalidArgumentError
@@ -68,12 +68,12 @@ def prepare_api_key(key: APIKey) -> KeyRow:
         raise InvalidArgumentError(f"key must be an APIKey, got {type(key).__name__}")
     created = None if key.created_at is None else to_micros(key.created_at, "key.created_at")
     return (
-        _check_text(key.name, "key.name", non_empty=True),
-        _check_key_hash(key.hash, "key.hash"),
-        _check_text(key.home_ns, "key.home_ns"),
-        _check_text(key.default_ns, "key.default_ns"),
+        check_text(key.name, "key.name", non_empty=True),
+        check_key_hash(key.hash, "key.hash"),
+        check_text(key.home_ns, "key.home_ns"),
+        check_text(key.default_ns, "key.default_ns"),
         created,
-        int(_check_bool(key.disabled, "key.disabled")),
+        int(check_bool(key.disabled, "key.disabled")),
     )
 
 
@@ -119,7 +119,7 @@ def put_api_key(conn: sqlite3.Connection, row: KeyRow) -> None:
             hash_,
             home_ns,
             default_ns,
-            _now_micros() if created is None else created,
+            now_micros() if created is None else created,
             disabled,
             created is not None,
         ),

@@ -22,7 +22,7 @@ import json
 import sqlite3
 from typing import Any
 
-from memini._convert import _check_text, _now_micros, coerce_enum_list, from_micros, to_micros
+from memini._values import check_text, coerce_enum_list, from_micros, now_micros, to_micros
 from memini.errors import CorruptionError, InvalidArgumentError
 from memini.types import NamespaceLink, Tier
 
@@ -57,15 +57,15 @@ def prepare_link(link: NamespaceLink) -> LinkRow:
     """
     if not isinstance(link, NamespaceLink):
         raise InvalidArgumentError(f"link must be a NamespaceLink, got {type(link).__name__}")
-    src = _check_text(link.src, "link.src", non_empty=True)
-    dst = _check_text(link.dst, "link.dst", non_empty=True)
-    note = _check_text(link.note, "link.note")
+    src = check_text(link.src, "link.src", non_empty=True)
+    dst = check_text(link.dst, "link.dst", non_empty=True)
+    note = check_text(link.note, "link.note")
     tiers: str | None = None
     if link.tiers is not None:
         members = coerce_enum_list(Tier, link.tiers, "link.tiers")
         tiers = json.dumps([t.value for t in members], separators=(",", ":"))
     created = (
-        _now_micros() if link.created_at is None else to_micros(link.created_at, "link.created_at")
+        now_micros() if link.created_at is None else to_micros(link.created_at, "link.created_at")
     )
     return (src, dst, tiers, note, created)
 

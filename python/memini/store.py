@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memini import _convert as cv
+from memini import _values as vals
 from memini._core import Engine
 from memini._sqlite import MetaDB
 from memini.errors import InvalidArgumentError, StoreClosedError
@@ -84,22 +85,22 @@ def _memory_type(memory: Memory) -> str:
 
 
 def _k(k: object) -> int:
-    n = cv._check_int(k, "k", saturate=True)  # beyond 2**63-1: more than any store holds
+    n = vals.check_int(k, "k", saturate=True)  # beyond 2**63-1: more than any store holds
     if n < 1:
         raise InvalidArgumentError(f"k must be >= 1, got {k}")
     return n
 
 
 def _int(value: object, what: str) -> int:
-    return cv._check_int(value, what, saturate=True)
+    return vals.check_int(value, what, saturate=True)
 
 
 def _text(value: object, what: str) -> str:
-    return cv._check_text(value, what)
+    return vals.check_text(value, what)
 
 
 def _texts(values: object, what: str) -> list[str]:
-    return cv._check_text_list(values, what)
+    return vals.check_text_list(values, what)
 
 
 def _dir(path: object, what: str) -> Path:
@@ -138,7 +139,7 @@ def _dir(path: object, what: str) -> Path:
 
 
 def _now(now: datetime | None, what: str = "now") -> int:
-    return cv._now_micros() if now is None else cv.to_micros(now, what)
+    return vals.now_micros() if now is None else vals.to_micros(now, what)
 
 
 _P = ParamSpec("_P")
@@ -235,7 +236,7 @@ class Store:
         p = None if path is None else _dir(path, "path")
         breadth = None
         if search_breadth is not None:
-            breadth = cv._check_int(search_breadth, "search_breadth", saturate=True)
+            breadth = vals.check_int(search_breadth, "search_breadth", saturate=True)
             if not 1 <= breadth <= _MAX_SEARCH_BREADTH:
                 raise InvalidArgumentError(
                     f"search_breadth must be between 1 and 2**24, got {breadth} "
@@ -407,7 +408,7 @@ class Store:
         self._check()
         key, by = _text(id, "id"), _text(superseded_by, "superseded_by")
         cv.check_supersession(key, by)
-        self._engine.set_superseded(_text(namespace, "namespace"), key, by, cv._now_micros())
+        self._engine.set_superseded(_text(namespace, "namespace"), key, by, vals.now_micros())
         self._metrics.soft_delete()
 
     def restore(self, namespace: str, id: str) -> None:
@@ -431,8 +432,8 @@ class Store:
         self._engine.reinforce(
             _text(namespace, "namespace"),
             _texts(ids, "ids"),
-            cv.to_micros(accessed_at, "accessed_at"),
-            cv.opt_micros(new_expiry, "new_expiry"),
+            vals.to_micros(accessed_at, "accessed_at"),
+            vals.opt_micros(new_expiry, "new_expiry"),
         )
 
     def delete_if_expired_before(self, namespace: str, id: str, cutoff: datetime) -> None:
@@ -443,7 +444,7 @@ class Store:
         """
         self._check()
         deleted = self._engine.delete_if_expired_before(
-            _text(namespace, "namespace"), _text(id, "id"), cv.to_micros(cutoff, "cutoff")
+            _text(namespace, "namespace"), _text(id, "id"), vals.to_micros(cutoff, "cutoff")
         )
         self._metrics.sweep_expired(deleted.tier)
 
@@ -494,8 +495,8 @@ class Store:
         self._engine.retier(
             _text(namespace, "namespace"),
             _text(id, "id"),
-            cv.coerce_enum(Tier, tier, "tier").value,
-            cv.opt_micros(expires_at, "expires_at"),
+            vals.coerce_enum(Tier, tier, "tier").value,
+            vals.opt_micros(expires_at, "expires_at"),
         )
 
     def set_confidence(self, namespace: str, id: str, confidence: float, now: datetime) -> None:
@@ -509,8 +510,8 @@ class Store:
         self._engine.set_confidence(
             _text(namespace, "namespace"),
             _text(id, "id"),
-            cv._check_confidence(confidence),
-            cv.to_micros(now, "now"),
+            vals.check_confidence(confidence),
+            vals.to_micros(now, "now"),
         )
 
     def mark_contradicted(
@@ -534,8 +535,8 @@ class Store:
             _text(namespace, "namespace"),
             _text(id, "id"),
             _text(contradicted_by, "contradicted_by"),
-            cv._check_confidence(confidence),
-            cv.to_micros(now, "now"),
+            vals.check_confidence(confidence),
+            vals.to_micros(now, "now"),
         )
 
     def set_embed_model(self, model: str) -> None:
@@ -589,7 +590,7 @@ class Store:
         self._check()
         return self._engine.get_by_fingerprint(
             _text(namespace, "namespace"),
-            cv.coerce_enum(Tier, tier, "tier").value,
+            vals.coerce_enum(Tier, tier, "tier").value,
             _text(fingerprint, "fingerprint"),
             _now(now),
         )
@@ -597,7 +598,7 @@ class Store:
     def list_expired(self, now: datetime, limit: int) -> list[Memory]:
         """Memories of every namespace with ``expires_at <= now`` (``limit <= 0``: no cap)."""
         self._check()
-        return self._engine.list_expired(cv.to_micros(now, "now"), _int(limit, "limit"))
+        return self._engine.list_expired(vals.to_micros(now, "now"), _int(limit, "limit"))
 
     def list(
         self, namespace: str, filter: Filter | None = None, limit: int = 0, offset: int = 0
@@ -614,7 +615,7 @@ class Store:
             _text(namespace, "namespace"),
             cv.filter_to_spec(filter),
             _int(limit, "limit"),
-            cv._check_int(offset, "offset", non_negative=True, saturate=True),
+            vals.check_int(offset, "offset", non_negative=True, saturate=True),
         )
 
     def count(self, namespace: str, filter: Filter | None = None) -> int:
@@ -631,7 +632,7 @@ class Store:
         """Per namespace with a live memory: live count and newest live ``created_at``."""
         self._check()
         return [
-            NamespaceActivity(ns=ns, total=n, last_write=cv.from_micros(t))
+            NamespaceActivity(ns=ns, total=n, last_write=vals.from_micros(t))
             for ns, n, t in self._engine.namespace_activity(_now(now))
         ]
 
@@ -666,7 +667,7 @@ class Store:
         """
         self._check()
         k = _k(k)
-        q = cv.query_to_array(vector, self._dims)
+        q = vals.query_to_array(vector, self._dims)
         spec = cv.filter_to_spec(filter)
         return self._engine.vector_search(_text(namespace, "namespace"), q, spec, k)
 
@@ -680,7 +681,7 @@ class Store:
         """`vector_search` for each row of a 2-D array of queries, searched in parallel."""
         self._check()
         k = _k(k)
-        qs = cv.queries_to_array(vectors, self._dims)
+        qs = vals.queries_to_array(vectors, self._dims)
         spec = cv.filter_to_spec(filter)
         return self._engine.vector_search_many(_text(namespace, "namespace"), qs, spec, k)
 

@@ -16,10 +16,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
+from memini._values import check_unicode, coerce_enum
 from memini.errors import InvalidArgumentError
 
 __all__ = [
@@ -167,7 +168,7 @@ class Memory:
         Raises:
             InvalidArgumentError: ``tier`` is not a known tier.
         """
-        weight = _TIER_WEIGHT[_coerce_enum(Tier, self.tier, "tier")]
+        weight = _TIER_WEIGHT[coerce_enum(Tier, self.tier, "tier")]
         return _clamp01(weight * (0.5 + 0.5 * _clamp01(float(self.importance))))
 
     def effective_confidence(self, now: datetime) -> float:
@@ -186,7 +187,7 @@ class Memory:
         Raises:
             InvalidArgumentError: ``tier`` is not a known tier.
         """
-        tier = _coerce_enum(Tier, self.tier, "tier")
+        tier = coerce_enum(Tier, self.tier, "tier")
         if tier.term == "short" or self.confidence is None:
             return 1.0
         c = _clamp01(float(self.confidence))
@@ -225,7 +226,7 @@ class Memory:
         Args:
             now: The reference instant (naive = UTC).
         """
-        tier = _coerce_enum(Tier, self.tier, "tier")
+        tier = coerce_enum(Tier, self.tier, "tier")
         if tier.term == "long":
             return self.durable_score(now)
         return self.salience() * self._usage() * self.recency(now)
@@ -378,8 +379,6 @@ _TIER_WEIGHT = {
     Tier.WORKING: 0.30,
 }
 
-_E = TypeVar("_E", bound=enum.StrEnum)
-
 
 def _clamp01(x: float) -> float:
     """Clamp to [0, 1] (NaN passes through, as in the upstream Go code)."""
@@ -388,53 +387,6 @@ def _clamp01(x: float) -> float:
     if x > 1.0:
         return 1.0
     return x
-
-
-def _coerce_enum(cls: type[_E], value: object, what: str) -> _E:
-    """Return ``value`` as a member of ``cls``; accepts a member or its string value.
-
-    Raises:
-        InvalidArgumentError: Unknown value or wrong type; the message lists the allowed values.
-    """
-    if isinstance(value, cls):
-        return value
-    if isinstance(value, str):
-        try:
-            return cls(value)
-        except ValueError:
-            pass
-        got = repr(str(value))
-    else:
-        got = type(value).__name__
-    allowed = ", ".join(repr(m.value) for m in cls)
-    raise InvalidArgumentError(f"{what} must be a {cls.__name__} or one of {allowed}; got {got}")
-
-
-def _check_unicode(s: str, what: str) -> None:
-    """Raise unless ``s`` is valid Unicode text: the package's one rule for text.
-
-    A lone surrogate (``"\\ud800"``, e.g. from ``bytes.decode(errors="surrogateescape")``)
-    has no UTF-8 encoding, so no store can hold it: every str bound for the core or SQLite
-    (``memini._convert._check_text``) and the content given to `normalize_content` and
-    `fingerprint` is checked here. NUL and every other code point are fine.
-
-    Args:
-        s: The text.
-        what: The argument's name, for error messages.
-
-    Raises:
-        InvalidArgumentError: ``s`` contains a lone surrogate; the message gives its index.
-    """
-    if s.isascii():
-        return
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InvalidArgumentError(
-            f"{what} contains a lone surrogate {s[e.start]!r} at index {e.start}, "
-            "which is not valid Unicode text (decode the source bytes with "
-            "errors='replace' or fix the pairing)"
-        ) from None
 
 
 def _as_utc(dt: datetime, what: str) -> datetime:
@@ -504,7 +456,7 @@ def normalize_content(s: str) -> str:
     """
     if not isinstance(s, str):
         raise InvalidArgumentError(f"content must be a str, got a {type(s).__name__}")
-    _check_unicode(s, "content")
+    check_unicode(s, "content")
     joined = " ".join(_split_white_space(s))
     if joined.isascii():
         return joined.lower()

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memini._convert import _check_int, memory_to_row
+from memini._convert import memory_to_row
+from memini._values import check_int
 from memini.cli.common import CliError
 from memini.cli.records import (
     EXPORT_TYPE,
@@ -289,7 +290,7 @@ class Importer:
     def _add_event(self, lineno: int, obj: dict[str, Any]) -> None:
         event = parse_event(obj)
         check_event(event)  # the store's checks now, so that a bad line is reported alone
-        _check_int(event.id, "event.id", non_negative=True)  # 0 = none: it gets a new id
+        check_int(event.id, "event.id", non_negative=True)  # 0 = none: it gets a new id
         self._events.append((lineno, event))
 
     # ------------------------------------------------------------------ writing
