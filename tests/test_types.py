@@ -19,10 +19,10 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import numpy as np
 import pytest
@@ -49,6 +49,7 @@ from memini.types import (
 )
 
 CORE_STUB = Path(__file__).resolve().parents[1] / "python" / "memini" / "_core.pyi"
+RUST_TYPES = Path(__file__).resolve().parents[1] / "rust" / "types.rs"
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 WEEK = timedelta(weeks=1)
@@ -1260,7 +1261,123 @@ def test_memory_to_row_every_field() -> None:
 
 def test_memory_to_row_keys_match_core_stub() -> None:
     assert set(cv.memory_to_row(full_memory(), DIMS)) == stub_keys("Row")
-    assert {f.name for f in fields(Memory)} | {"fingerprint"} == stub_keys("Row")
+
+
+def rust_memory_fields() -> dict[str, tuple[str, str, str]]:
+    """The Rust schema of a memory: field name -> (Python kind, record, update|fixed).
+
+    Parsed from the entries ``name: Type, record, kind, update|fixed;`` of the
+    ``for_memory_fields!`` macro in rust/types.rs (the one Rust declaration of the fields,
+    read by the binding to build rows and `Memory` objects), so the tests below fail when
+    the Python and Rust schemas drift, e.g. a field added on one side only.
+    """
+    text = RUST_TYPES.read_text()
+    start = text.index("macro_rules! for_memory_fields")
+    body = text[start : text.index("\n}\n", start)]
+    entries = re.findall(
+        r"^\s*(\w+)\s*:\s*[^;]+?,\s*(col|payload),\s*(\w+),\s*(update|fixed);\s*$", body, re.M
+    )
+    assert len(entries) >= 20, f"cannot read the fields of for_memory_fields! in {RUST_TYPES}"
+    return {name: (kind, record, update) for name, record, kind, update in entries}
+
+
+# How each Python field type crosses to Rust (the kinds of for_memory_fields!): a time field
+# given as None is stamped "now" (``time``) or kept None (``opt_time``), both ``datetime | None``.
+PY_KINDS: dict[object, set[str]] = {
+    str: {"text"},
+    str | None: {"opt_text"},
+    Tier: {"tier"},
+    Level | None: {"level"},
+    dict[str, Any]: {"json"},
+    list[str]: {"list"},
+    float: {"float"},
+    float | None: {"opt_float"},
+    int: {"int"},
+    datetime | None: {"time", "opt_time"},
+}
+
+
+def test_every_memory_field_has_a_converter() -> None:
+    """Converters are derived from the dataclass: a new field gets one with no other edit."""
+    assert list(cv._FIELD_CONVERTERS) == [f.name for f in fields(Memory)]
+
+
+def test_memory_schema_matches_rust() -> None:
+    """The row dict has exactly the Rust schema's fields (+ the vector), of matching kinds."""
+    rust = rust_memory_fields()
+    row = cv.memory_to_row(full_memory(), DIMS)
+    assert set(row) == set(rust) | {"embedding"}
+    python = [f.name for f in fields(Memory) if f.name != "embedding"]
+    assert python == [name for name in rust if name != "fingerprint"]  # same order, too
+    assert rust["fingerprint"][0] == "digest"  # computed from content, not a Memory field
+    hints = get_type_hints(Memory)
+    mismatched = {
+        name: (hints[name], rust[name][0])
+        for name in python
+        if rust[name][0] not in PY_KINDS.get(hints[name], set())
+    }
+    assert not mismatched, "Python type vs Rust kind"
+    fixed = {name for name, (_, _, update) in rust.items() if update == "fixed"}
+    assert set(cv._NOT_UPDATABLE) == fixed
+
+
+@dataclass
+class _Extended:
+    """`Memory`'s field types beside a plain new field: how a new field is converted."""
+
+    source: str = ""
+    origin: str | None = None
+    score: float | None = None
+    rank: int = 0
+    when: datetime | None = None
+    kind: Level | None = None
+    labels: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "want"),
+    [
+        pytest.param("source", "web", "web", id="str"),
+        pytest.param("origin", None, None, id="optional-str-none"),
+        pytest.param("score", 1, 1.0, id="optional-float"),
+        pytest.param("rank", np.int64(3), 3, id="int"),
+        pytest.param("when", datetime(1970, 1, 1, 0, 0, 1), 1_000_000, id="datetime"),
+        pytest.param("kind", "deduced", "deduced", id="optional-enum"),
+        pytest.param("labels", ("a",), ["a"], id="list-of-str"),
+        pytest.param("extra", {"a": [1]}, '{"a":[1]}', id="json"),
+    ],
+)
+def test_new_field_converter_from_its_type(name: str, value: object, want: object) -> None:
+    hints = get_type_hints(_Extended)
+    (f,) = (f for f in fields(_Extended) if f.name == name)
+    got = cv._converter(f, hints[name])(value, DIMS)
+    assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        pytest.param("source", 1, "^source must be a str, got int$", id="str"),
+        pytest.param("score", math.nan, "^score must be finite", id="float"),
+        pytest.param("kind", "x", "^kind must be a Level or one of", id="enum"),
+        pytest.param("labels", "a", r"^labels must be a list of strings, not a str", id="list"),
+    ],
+)
+def test_new_field_converter_names_the_field(name: str, value: object, match: str) -> None:
+    hints = get_type_hints(_Extended)
+    (f,) = (f for f in fields(_Extended) if f.name == name)
+    with pytest.raises(InvalidArgumentError, match=match):
+        cv._converter(f, hints[name])(value, DIMS)
+
+
+def test_field_of_unknown_type_is_refused_at_import() -> None:
+    @dataclass
+    class Odd:
+        blob: bytes = b""
+
+    with pytest.raises(TypeError, match=r"Memory\.blob has type <class 'bytes'>.*_TYPE_RULES"):
+        cv._converter(fields(Odd)[0], bytes)
 
 
 def test_memory_to_row_defaults() -> None:

@@ -7,7 +7,11 @@ The Python half of the boundary with the Rust core (``memini._core``, see ``_cor
   in `memory_to_row` (and `not_updatable` for the fields update may not change);
 * `filter_to_spec`: a `Filter` -> a filter-spec dict with ``now`` resolved.
 
-The rules of single
+The fields are not listed here: each field's converter is derived from its annotation on the
+`Memory` dataclass (`typing.get_type_hints`), with the rules a field's meaning adds beyond its
+type read from the field's ``metadata`` (see ``memini.types._rules``). Adding a plain field to
+`Memory` (and to the Rust schema, ``for_memory_fields!`` in ``rust/types.rs``) needs no change
+here; ``tests/test_types.py`` checks both schemas name the same fields. The rules of single
 values (text, enums, datetimes, vectors, metadata JSON, ...) live in `memini._values`, shared
 with the SQLite side; the core builds the `Memory` objects it returns itself, reading stored
 metadata with `json_to_metadata` (looked up here by the binding).
@@ -18,13 +22,20 @@ compiled core).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+import enum
+import functools
+import operator
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from types import UnionType
 from typing import TYPE_CHECKING, Any, Final, cast
+
+import numpy as np
 
 from memini._values import (
     check_bool,
-    check_confidence,
     check_float,
     check_int,
     check_sequence,
@@ -59,45 +70,75 @@ __all__ = [
 # Rows
 # --------------------------------------------------------------------------------------------
 
-# One validator per writable Memory field: (value, dims) -> the row value. memory_to_row
-# runs them all, fields_to_row the named ones, so both validate identically.
+# A field's converter: (value, dims) -> the row value. memory_to_row runs every field's,
+# fields_to_row the named ones', so both validate identically.
 _Conv = Callable[[Any, int], Any]
+# A value rule: (value, field name) -> the row value of a given (non-None) value.
+_Rule = Callable[[Any, str], Any]
 
-
-def _ts(name: str) -> _Conv:
-    return lambda v, _dims: opt_micros(v, name)
-
-
-_FIELD_CONVERTERS: Final[dict[str, _Conv]] = {
-    "id": lambda v, _d: check_text(v, "id", non_empty=True),
-    "namespace": lambda v, _d: check_text(v, "namespace", non_empty=True),
-    "content": lambda v, _d: check_text(v, "content"),
-    "tier": lambda v, _d: coerce_enum(Tier, v, "tier").value,
-    "level": lambda v, _d: None if v is None else coerce_enum(Level, v, "level").value,
-    "summary": lambda v, _d: check_text(v, "summary"),
-    "metadata": lambda v, _d: metadata_to_json(v),
-    "tags": lambda v, _d: check_text_list(v, "tags"),
-    "importance": lambda v, _d: check_float(v, "importance"),
-    "created_at": _ts("created_at"),
-    "updated_at": _ts("updated_at"),
-    "last_accessed_at": _ts("last_accessed_at"),
-    "access_count": lambda v, _d: check_int(v, "access_count", non_negative=True),
-    "expires_at": _ts("expires_at"),
-    "superseded_by": lambda v, _d: None if v is None else check_text(v, "superseded_by"),
-    "valid_from": _ts("valid_from"),
-    "valid_to": _ts("valid_to"),
-    "confidence": lambda v, _d: None if v is None else check_confidence(v),
-    "linked_memory_ids": lambda v, _d: check_text_list(v, "linked_memory_ids"),
-    "embedding": lambda v, dims: embedding_to_array(v, dims),
+# The rule of each field type a `Memory` field may have, once its ``| None`` is removed (an
+# optional field passes None through). Enum fields take their member's value; the vector type
+# is the embedding's and also needs the store's dims.
+_TYPE_RULES: Final[dict[object, _Rule]] = {
+    str: check_text,
+    float: check_float,
+    int: check_int,
+    datetime: to_micros,
+    dict[str, Any]: metadata_to_json,  # None is read as {} (update(metadata=None) clears)
+    list[str]: check_text_list,
 }
+_VECTOR: Final = np.ndarray[Any, Any] | Sequence[float]
 
-_NOT_UPDATABLE: Final = {
-    "id": (
-        "id cannot be changed by update(): it identifies the memory (upsert a copy under a "
-        "new id, then delete the old one)"
-    ),
-    "namespace": "namespace cannot be changed by update() (use reassign() to move a memory)",
-    "created_at": "created_at cannot be updated (it records when the memory was first stored)",
+
+def _without_none(hint: object) -> tuple[object, bool]:
+    """``(T, True)`` for ``T | None`` (T itself maybe a union), else ``(hint, False)``."""
+    if typing.get_origin(hint) not in (typing.Union, UnionType):
+        return hint, False
+    args = typing.get_args(hint)
+    if type(None) not in args:
+        return hint, False
+    rest = [a for a in args if a is not type(None)]
+    return functools.reduce(operator.or_, rest), True
+
+
+def _enum_rule(cls: type[enum.StrEnum]) -> _Rule:
+    return lambda v, what: coerce_enum(cls, v, what).value
+
+
+def _converter(f: dataclasses.Field[Any], hint: object) -> _Conv:
+    """The converter of one `Memory` field, from its type and its ``metadata`` rules.
+
+    Raises:
+        TypeError: A type no rule covers (at import: add it to ``_TYPE_RULES``).
+    """
+    name = f.name
+    base, optional = _without_none(hint)
+    if base == _VECTOR:
+        return lambda v, dims: embedding_to_array(v, dims, name)
+    rule: _Rule | None = f.metadata.get("check")
+    if rule is None:
+        if isinstance(base, type) and issubclass(base, enum.StrEnum):
+            rule = _enum_rule(base)
+        else:
+            rule = _TYPE_RULES.get(base)
+    if rule is None:
+        raise TypeError(
+            f"Memory.{name} has type {hint}, for which memini._convert has no rule "
+            "(add one to _TYPE_RULES)"
+        )
+    check = rule
+    if optional:
+        return lambda v, _dims: None if v is None else check(v, name)
+    return lambda v, _dims: check(v, name)
+
+
+_HINTS: Final = typing.get_type_hints(Memory)
+_FIELD_CONVERTERS: Final[dict[str, _Conv]] = {
+    f.name: _converter(f, _HINTS[f.name]) for f in dataclasses.fields(Memory)
+}
+# Fields set on insert that update() may not change, with the error naming what to do.
+_NOT_UPDATABLE: Final[dict[str, str]] = {
+    f.name: f.metadata["fixed"] for f in dataclasses.fields(Memory) if "fixed" in f.metadata
 }
 _UPDATABLE: Final = tuple(k for k in _FIELD_CONVERTERS if k not in _NOT_UPDATABLE)
 

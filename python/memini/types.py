@@ -13,14 +13,15 @@ import os
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from memini._values import check_unicode, coerce_enum
+from memini._values import check_confidence, check_int, check_text, check_unicode, coerce_enum
 from memini.errors import InvalidArgumentError
 
 __all__ = [
@@ -105,6 +106,36 @@ class EventKind(enum.StrEnum):
     INJECT = "inject"
 
 
+# The rules of a `Memory` field beyond its type, declared with the field (`field(metadata=
+# _rules(...))`) so that the dataclass is the one Python list of a memory's fields and
+# everything particular to each: `memini._convert` derives each field's conversion for the
+# core from its annotation (``str``, ``float | None``, ``Tier``, ...) and reads these keys.
+# Kept here rather than in a table beside the converters so that adding or changing a field,
+# rules included, is one Python edit, as the Rust side declares `fixed` next to each field.
+_NON_EMPTY_TEXT = partial(check_text, non_empty=True)
+_COUNT = partial(check_int, non_negative=True)
+
+
+def _rules(
+    *, check: Callable[[Any, str], object] | None = None, fixed: str | None = None
+) -> dict[str, object]:
+    """The ``metadata`` of a `Memory` field with a rule its type does not state.
+
+    Args:
+        check: ``check(value, field_name)`` validates and converts a given (non-None) value
+            for the core in place of the rule of the field's type: a non-empty id, a
+            confidence in [0, 1], a non-negative count.
+        fixed: The field may be set on insert but never changed by ``Store.update``; this is
+            the error message, naming the way to do it instead.
+    """
+    rules: dict[str, object] = {}
+    if check is not None:
+        rules["check"] = check
+    if fixed is not None:
+        rules["fixed"] = fixed
+    return rules
+
+
 @dataclass
 class Memory:
     """One memory row. ``embedding`` is write-only: rows read back carry ``None``.
@@ -122,8 +153,19 @@ class Memory:
     * ``importance`` is any finite float (the ranking helpers clamp it to [0, 1]).
     """
 
-    id: str
-    namespace: str
+    id: str = field(
+        metadata=_rules(
+            check=_NON_EMPTY_TEXT,
+            fixed="id cannot be changed by update(): it identifies the memory (upsert a copy "
+            "under a new id, then delete the old one)",
+        )
+    )
+    namespace: str = field(
+        metadata=_rules(
+            check=_NON_EMPTY_TEXT,
+            fixed="namespace cannot be changed by update() (use reassign() to move a memory)",
+        )
+    )
     content: str
     tier: Tier = Tier.SEMANTIC
     level: Level | None = None
@@ -131,15 +173,20 @@ class Memory:
     metadata: dict[str, Any] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     importance: float = 0.0
-    created_at: datetime | None = None
+    created_at: datetime | None = field(
+        default=None,
+        metadata=_rules(
+            fixed="created_at cannot be updated (it records when the memory was first stored)"
+        ),
+    )
     updated_at: datetime | None = None
     last_accessed_at: datetime | None = None
-    access_count: int = 0
+    access_count: int = field(default=0, metadata=_rules(check=_COUNT))
     expires_at: datetime | None = None
     superseded_by: str | None = None
     valid_from: datetime | None = None
     valid_to: datetime | None = None
-    confidence: float | None = None
+    confidence: float | None = field(default=None, metadata=_rules(check=check_confidence))
     linked_memory_ids: list[str] = field(default_factory=list)
     embedding: np.ndarray[Any, Any] | Sequence[float] | None = None
 
