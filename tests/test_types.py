@@ -1259,10 +1259,6 @@ def test_memory_to_row_every_field() -> None:
     assert type(row["tier"]) is str and type(row["access_count"]) is int
 
 
-def test_memory_to_row_keys_match_core_stub() -> None:
-    assert set(cv.memory_to_row(full_memory(), DIMS)) == stub_keys("Row")
-
-
 def rust_memory_fields() -> dict[str, tuple[str, str, str]]:
     """The Rust schema of a memory: field name -> (Python kind, record, update|fixed).
 

@@ -192,7 +192,7 @@ def memory_to_row(m: Memory, dims: int) -> Row:
     row = {name: conv(getattr(m, name), dims) for name, conv in _FIELD_CONVERTERS.items()}
     check_supersession(row["id"], row["superseded_by"])
     row["fingerprint"] = fingerprint(row["content"])
-    return cast("Row", row)
+    return row
 
 
 def fields_to_row(fields: Mapping[str, Any], dims: int, id: str | None = None) -> Row:
@@ -231,7 +231,7 @@ def fields_to_row(fields: Mapping[str, Any], dims: int, id: str | None = None) -
         check_supersession(id, row["superseded_by"])
     if "content" in row:
         row["fingerprint"] = fingerprint(row["content"])
-    return cast("Row", row)
+    return row
 
 
 # --------------------------------------------------------------------------------------------

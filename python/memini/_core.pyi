@@ -3,16 +3,18 @@
 Into the core go plain Python values; out of it come `memini.Memory` and `memini.Scored`
 objects (built by the core, with enum members, aware UTC datetimes and parsed metadata):
 
-* a *row* to write is a ``dict`` with the keys of ``Row`` below; timestamps are ``int``
-  microseconds since the Unix epoch (UTC); ``metadata`` is JSON text; ``tier``/``level`` are the
-  enum string values; ``fingerprint`` is the lowercase hex SHA-256 of the normalised content
-  (computed in Python).
+* a *row* to write (``Row``) is a ``dict`` keyed by the `memini.Memory` fields plus
+  ``fingerprint``: the fields of the Rust schema (``for_memory_fields!`` in rust/types.rs)
+  and ``embedding``;
+  timestamps are ``int`` microseconds since the Unix epoch (UTC); ``metadata`` is JSON text;
+  ``tier``/``level`` are the enum string values; ``fingerprint`` is the lowercase hex SHA-256
+  of the normalised content (computed in Python); ``embedding`` is a float32 array or None.
 * a *filter spec* is a ``dict`` with the keys of ``FilterSpec``; ``now`` is always resolved.
 * embeddings are 1-D (queries for ``vector_search_many``: 2-D) C-contiguous ``float32`` arrays.
 """
 
 import builtins
-from typing import Any, Literal, TypedDict, final
+from typing import Any, Literal, TypeAlias, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
@@ -21,28 +23,9 @@ from memini.types import Memory, Scored
 
 __all__ = ["Engine", "build_profile"]
 
-class Row(TypedDict, total=False):
-    id: str
-    namespace: str
-    content: str
-    tier: str
-    level: str | None
-    summary: str
-    metadata: str
-    tags: list[str]
-    importance: float
-    created_at: int | None
-    updated_at: int | None
-    last_accessed_at: int | None
-    access_count: int
-    expires_at: int | None
-    superseded_by: str | None
-    valid_from: int | None
-    valid_to: int | None
-    confidence: float | None
-    linked_memory_ids: list[str]
-    fingerprint: str
-    embedding: npt.NDArray[np.float32] | None
+Row: TypeAlias = dict[str, Any]
+"""A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
+`memini._convert.memory_to_row` (a partial row, by `memini._convert.fields_to_row`)."""
 
 class FilterSpec(TypedDict):
     tiers: list[str]
