@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import unicodedata
@@ -1728,6 +1729,92 @@ def test_core_datetimes_are_exact(store: Any) -> None:
     for i, us in enumerate(instants):
         got = store.get("n", f"i{i}").expires_at
         assert got == vals.from_micros(us) and got.tzinfo is UTC, us
+
+
+# A process whose `memini.types.Memory` and `Scored` are dataclasses with __slots__ (no
+# instance __dict__). The binding looks the classes up once per process, at the first store
+# call, so they are replaced before it; `memini._convert` binds `Memory` at import (it checks
+# what it writes is one), so it gets the slots class too. `dataclass(slots=True)(Memory)`
+# cannot do it: the first decoration removed the class attributes of the default_factory
+# fields, so a second one reads them as required fields after defaulted ones (TypeError).
+SLOTS_SCRIPT = """
+import dataclasses, sys
+from datetime import UTC, datetime
+
+import memini._convert
+import memini.types
+from memini import Filter, Level, Store, Tier
+
+
+def with_slots(cls):
+    def spec(f):
+        kw = {"metadata": f.metadata}
+        if f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            kw["default_factory"] = f.default_factory
+        return f.name, f.type, dataclasses.field(**kw)
+
+    methods = {k: v for k, v in vars(cls).items() if callable(v) and not k.startswith("__")}
+    fields = [spec(f) for f in dataclasses.fields(cls)]
+    return dataclasses.make_dataclass(cls.__name__, fields, namespace=methods, slots=True)
+
+
+Memory = memini.types.Memory = memini._convert.Memory = with_slots(memini.types.Memory)
+Scored = memini.types.Scored = with_slots(memini.types.Scored)
+assert "__slots__" in vars(Memory) and "__slots__" in vars(Scored)
+
+T = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+full = Memory(
+    id="m1", namespace="n", content="coffee in the morning", tier=Tier.PROCEDURAL,
+    level=Level.DEDUCED, summary="coffee", metadata={"a": [1, None]}, tags=["x", "y"],
+    importance=0.5, created_at=T, updated_at=T, last_accessed_at=T, access_count=3,
+    expires_at=datetime(2999, 1, 1, tzinfo=UTC), valid_from=T, confidence=0.25,
+    linked_memory_ids=["m2"], embedding=[1.0, 0.0],
+)
+plain = Memory(id="m2", namespace="n", content="tea", embedding=[0.0, 1.0])
+s = Store.open(sys.argv[1] or None, dims=2)
+s.upsert(full)
+s.upsert_many([plain])
+
+
+def check(m, want):
+    assert type(m) is Memory and not hasattr(m, "__dict__"), type(m)
+    assert m == dataclasses.replace(want, embedding=None), (m, want)
+
+
+check(s.get("n", "m1"), full)
+got = s.get("n", "m2")
+assert got.created_at is not None and got.created_at == got.updated_at  # stamped by the store
+check(got, dataclasses.replace(plain, created_at=got.created_at, updated_at=got.updated_at,
+                               last_accessed_at=got.last_accessed_at))
+assert s.get("n", "m1").salience() > 0  # the methods came along
+listed = s.list("n", Filter(), 10)
+assert [m.id for m in listed] == ["m2", "m1"]
+check(listed[1], full)
+hits = [*s.vector_search("n", [1.0, 0.0], k=1), *s.keyword_search("n", "coffee", k=1)]
+hits += [h for batch in s.vector_search_many("n", [[1.0, 0.0]], k=1) for h in batch]
+for h in hits:
+    assert type(h) is Scored and not hasattr(h, "__dict__"), type(h)
+    check(h.memory, full)
+new = s.update("n", "m1", summary="beans", tags=["z"])
+check(new, dataclasses.replace(full, summary="beans", tags=["z"], updated_at=new.updated_at))
+s.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", ["memory", "disk"])
+def test_core_fills_slots_dataclasses(tmp_path: Path, kind: str) -> None:
+    """Results are built field by field also for a class without __dict__ (object.__setattr__)."""
+    path = str(tmp_path / "s") if kind == "disk" else ""
+    run = subprocess.run(
+        [sys.executable, "-c", SLOTS_SCRIPT, path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and run.stdout == "ok\n", run.stderr[-3000:]
 
 
 # ============================================================================================
