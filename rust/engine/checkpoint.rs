@@ -14,11 +14,13 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::commit::CHECKPOINT_EVERY;
 use super::{Engine, Inner};
 use crate::error::{Error, Result};
 
-/// Overlay vectors moved into their graphs per hold of the state lock.
-const DRAIN_STEP: usize = 32;
+/// Overlay vectors moved into their graphs per hold of the state lock (a few ms of graph
+/// inserts: a writer waits at most that long behind the drain).
+const DRAIN_STEP: usize = 4;
 
 /// The background thread that takes checkpoints when the commit leader asks.
 #[derive(Default)]
@@ -77,7 +79,7 @@ impl Checkpointer {
             }
             flags.due = false;
             drop(flags);
-            if let Err(e) = inner.checkpoint(false) {
+            if let Err(e) = inner.checkpoint(Reason::Due) {
                 // the rows hold every change: a later checkpoint (or the next open) catches up
                 log::error!("index checkpoint failed: {e}");
             }
@@ -130,23 +132,34 @@ impl Engine {
             }
             st.keyword.compact()?;
         }
-        inner.checkpoint_in_turn(&turn, true)?;
+        inner.checkpoint_in_turn(&turn, Reason::Force)?;
         let mut rows = inner.rows.write();
         log::info!("compacting row store");
         rows.compact()
     }
 }
 
+/// Why a checkpoint is taken, which decides whether it is needed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reason {
+    /// The commit leader asked: needed while [`CHECKPOINT_EVERY`] changes are not covered
+    /// (requests made while one was running are met by it).
+    Due,
+    /// Closing: needed unless both indexes reflect every change (a read-only session closes
+    /// without rewriting the graph files).
+    Close,
+    /// Compaction: always.
+    Force,
+}
+
 impl Inner {
-    /// Takes a checkpoint (see the module docs). Unless `force`, does nothing when both
-    /// indexes already reflect every change (a read-only session closes without rewriting
-    /// the graph files).
-    pub(super) fn checkpoint(&self, force: bool) -> Result<()> {
+    /// Takes a checkpoint if `why` needs one (see the module docs).
+    pub(super) fn checkpoint(&self, why: Reason) -> Result<()> {
         let turn = self.checkpointing.lock();
-        self.checkpoint_in_turn(&turn, force)
+        self.checkpoint_in_turn(&turn, why)
     }
 
-    fn checkpoint_in_turn(&self, _turn: &MutexGuard<'_, ()>, force: bool) -> Result<()> {
+    fn checkpoint_in_turn(&self, _turn: &MutexGuard<'_, ()>, why: Reason) -> Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let rows = self.rows.read();
         let (seq, gen, graphs, keyword) = {
@@ -154,7 +167,12 @@ impl Inner {
             let mut counters = self.counters.lock();
             let mut st = self.state.write();
             let seq = counters.seq;
-            if !force && st.vector_seq == seq && st.keyword.committed_seq() == seq {
+            let needed = match why {
+                Reason::Due => seq.saturating_sub(st.vector_seq) >= CHECKPOINT_EVERY,
+                Reason::Close => st.vector_seq != seq || st.keyword.committed_seq() != seq,
+                Reason::Force => true,
+            };
+            if !needed {
                 return Ok(());
             }
             if st.vector_damage.is_some() || st.keyword_damage.is_some() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::checkpoint::Checkpointer;
+use super::checkpoint::{Checkpointer, Reason};
 use super::commit::Queue;
 use super::recovery::{open_keyword, open_vectors};
 use super::{Counters, Engine, Faults, Inner, Options, State};
@@ -168,7 +168,7 @@ impl Engine {
             return Ok(());
         };
         inner.checkpointer.stop();
-        let checkpointed = inner.checkpoint(false);
+        let checkpointed = inner.checkpoint(Reason::Close);
         // the checkpoint thread held the only other reference and has ended: the files, the
         // lock and the keyword index's threads are released here, before close returns
         drop(inner);
