@@ -355,7 +355,9 @@ impl Snapshot {
 
     /// The changelog generations present, ascending.
     pub fn log_gens(&self) -> Result<Vec<u64>> {
-        Ok(log_gens(self.txn.list_tables()?.map(|t| t.name().to_owned())))
+        Ok(log_gens(
+            self.txn.list_tables()?.map(|t| t.name().to_owned()),
+        ))
     }
 }
 
@@ -365,13 +367,6 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// A meta value as seen by this transaction.
-    pub fn meta<T: for<'de> Deserialize<'de>>(&self, key: &str) -> Result<Option<T>> {
-        let t = self.txn.open_table(META)?;
-        let v = t.get(key)?.map(|v| decode(v.value())).transpose();
-        v
-    }
-
     /// Sets a meta value.
     pub fn set_meta<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
         self.txn
@@ -469,12 +464,6 @@ impl Batch {
     /// Makes the transaction durable (fsync) or fails as a whole.
     pub fn commit(self) -> Result<()> {
         self.txn.commit()?;
-        Ok(())
-    }
-
-    /// Abandons the transaction.
-    pub fn abort(self) -> Result<()> {
-        self.txn.abort()?;
         Ok(())
     }
 }
