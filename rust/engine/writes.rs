@@ -361,22 +361,38 @@ impl Engine {
         })
     }
 
-    /// The embedding model name ("" until set).
-    pub fn embed_model(&self) -> Result<String> {
+    /// A store setting kept with the rows (None until set): e.g. the embedding model, or the
+    /// marker that the store has a `meta.sqlite3` beside it.
+    pub fn setting(&self, key: &str) -> Result<Option<String>> {
         let inner = self.inner()?;
         let rows = inner.rows.read();
-        Ok(rows
-            .snapshot()?
-            .meta::<String>("embed_model")?
-            .unwrap_or_default())
+        rows.snapshot()?.meta::<String>(&setting_key(key))
+    }
+
+    /// Sets a store setting, durably.
+    pub fn set_setting(&self, key: &str, value: &str) -> Result<()> {
+        let (key, value) = (setting_key(key), value.to_owned());
+        self.submit(move |tx: &mut Tx<'_>| tx.batch.set_meta(&key, &value))
+    }
+
+    /// The embedding model name ("" until set).
+    pub fn embed_model(&self) -> Result<String> {
+        Ok(self.setting("embed_model")?.unwrap_or_default())
     }
 
     /// Sets the embedding model name.
     pub fn set_embed_model(&self, model: &str) -> Result<()> {
-        let model = model.to_owned();
-        self.submit(move |tx: &mut Tx<'_>| {
-            tx.batch.set_meta("embed_model", &model)?;
-            Ok(())
-        })
+        self.set_setting("embed_model", model)
+    }
+}
+
+/// The meta-table key of a setting: the embedding model keeps the key stores already have;
+/// other settings live under `setting.` so they never collide with the engine's own keys
+/// (dims, metric, counters, format).
+fn setting_key(key: &str) -> String {
+    if key == "embed_model" {
+        key.to_owned()
+    } else {
+        format!("setting.{key}")
     }
 }

@@ -369,6 +369,14 @@ impl PyEngine {
         Ok(v.into_iter().map(|(t, n)| (t.as_str(), n)).collect())
     }
 
+    fn setting(&self, py: Python<'_>, key: String) -> PyResult<Option<String>> {
+        run(py, || self.engine.setting(&key))
+    }
+
+    fn set_setting(&self, py: Python<'_>, key: String, value: String) -> PyResult<()> {
+        run(py, || self.engine.set_setting(&key, &value))
+    }
+
     fn embed_model(&self, py: Python<'_>) -> PyResult<String> {
         run(py, || self.engine.embed_model())
     }
