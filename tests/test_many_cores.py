@@ -47,7 +47,7 @@ SCENARIO = textwrap.dedent(
             try:
                 for j in range(30):
                     if t % 2:
-                        s.upsert(memory(rows + t * 30 + j))
+                        s.upsert(memory(rows + t // 2 * 30 + j))
                     else:
                         assert len(s.vector_search("n", vectors[t * 30 + j], k=10)) == 10
                         s.vector_search_many("n", vectors[j : j + 8], k=5)
