@@ -219,3 +219,246 @@ impl Columns {
         self.namespaces.get(namespace)?.ids.get(id).copied()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// Stored hashes are persisted in the row store: these values must never change.
+    #[test]
+    fn hashes_are_stable_and_keep_their_parts_apart() {
+        assert_eq!(tag_hash("red"), PINNED[0]);
+        assert_eq!(pair_hash("memory_type", "fact"), PINNED[1]);
+        assert_eq!(fingerprint_hash("abc"), PINNED[2]);
+        // one namespace per kind, and the parts of a pair are length-delimited
+        assert_ne!(tag_hash("x"), fingerprint_hash("x"));
+        assert_ne!(pair_hash("ab", "c"), pair_hash("a", "bc"));
+        assert_ne!(pair_hash("k", ""), pair_hash("", "k"));
+    }
+
+    const PINNED: [u64; 3] = [
+        3_151_863_521_993_924_036,
+        14_542_951_394_327_908_104,
+        6_259_883_817_822_236_417,
+    ];
+
+    #[test]
+    fn instants_are_a_multiset() {
+        let mut i = Instants::default();
+        assert!(!i.any_at_or_before(i64::MAX));
+        i.add(Some(10));
+        i.add(Some(10));
+        i.add(None);
+        i.add(Some(30));
+        assert!(i.any_at_or_before(10) && !i.any_at_or_before(9));
+        i.remove(Some(10));
+        assert!(i.any_at_or_before(10), "one of the two 10s is left");
+        i.remove(Some(10));
+        assert!(!i.any_at_or_before(29) && i.any_at_or_before(30));
+        i.remove(Some(99)); // absent: no effect
+        i.remove(None);
+        i.remove(Some(30));
+        assert!(!i.any_at_or_before(i64::MAX));
+    }
+
+    fn col(ns: &str, id: &str) -> Col {
+        Col {
+            id: id.to_owned(),
+            namespace: ns.to_owned(),
+            ..Col::default()
+        }
+    }
+
+    /// Per namespace: rows, superseded rows, rows with a vector, expiry and validity-end
+    /// multisets.
+    type Counters = (
+        usize,
+        usize,
+        usize,
+        BTreeMap<Micros, usize>,
+        BTreeMap<Micros, usize>,
+    );
+
+    /// The namespace counters rebuilt from `rows` alone.
+    fn expected(c: &Columns) -> BTreeMap<String, Counters> {
+        let mut m: BTreeMap<String, Counters> = BTreeMap::new();
+        for col in c.rows.values() {
+            let e = m.entry(col.namespace.clone()).or_default();
+            e.0 += 1;
+            e.1 += usize::from(col.superseded_by.is_some());
+            e.2 += usize::from(col.vkey.is_some());
+            if let Some(t) = col.expires_at {
+                *e.3.entry(t).or_default() += 1;
+            }
+            if let Some(t) = col.valid_to {
+                *e.4.entry(t).or_default() += 1;
+            }
+        }
+        m
+    }
+
+    /// The same counters as kept by the namespace indexes.
+    fn kept(c: &Columns) -> BTreeMap<String, Counters> {
+        c.namespaces
+            .iter()
+            .map(|(name, ns)| {
+                let counters = (
+                    ns.ids.len(),
+                    ns.superseded,
+                    ns.vectors,
+                    ns.expiries.0.clone(),
+                    ns.valid_tos.0.clone(),
+                );
+                (name.clone(), counters)
+            })
+            .collect()
+    }
+
+    /// Every index in `c` describes exactly its rows.
+    fn check(c: &Columns) {
+        // (a namespace entry exists iff it holds rows)
+        assert_eq!(kept(c), expected(c));
+        for (name, ns) in &c.namespaces {
+            for (id, rid) in &ns.ids {
+                let col = &c.rows[rid];
+                assert_eq!((&col.id, &col.namespace), (id, name));
+                for h in &col.tag_hashes {
+                    assert!(ns.tags[h].contains(rid));
+                }
+                for h in &col.meta_hashes {
+                    assert!(ns.meta[h].contains(rid));
+                }
+            }
+            for (map, which) in [(&ns.tags, 0), (&ns.meta, 1)] {
+                for (h, rids) in map {
+                    assert!(!rids.is_empty(), "{name}: empty posting list kept");
+                    for rid in rids {
+                        let col = &c.rows[rid];
+                        let hashes = if which == 0 {
+                            &col.tag_hashes
+                        } else {
+                            &col.meta_hashes
+                        };
+                        assert!(col.namespace == *name && hashes.contains(h));
+                    }
+                }
+            }
+        }
+        let vkeys: usize = c.rows.values().filter(|r| r.vkey.is_some()).count();
+        assert_eq!(c.by_vkey.len(), vkeys);
+        for (k, rid) in &c.by_vkey {
+            assert_eq!(c.rows[rid].vkey, Some(*k));
+        }
+    }
+
+    #[test]
+    fn counters_follow_puts_replacements_and_removals() {
+        let mut c = Columns::default();
+        let mut a = col("n", "a");
+        a.superseded_by = Some("b".into());
+        a.expires_at = Some(50);
+        a.valid_to = Some(70);
+        a.vkey = Some(1);
+        a.tag_hashes = vec![tag_hash("red")];
+        assert!(c.put(1, a.clone()).is_none());
+        let ns = &c.namespaces["n"];
+        assert_eq!((ns.superseded, ns.vectors), (1, 1));
+        assert!(!ns.all_live(10), "superseded");
+        check(&c);
+
+        // replaced by a live version: every counter drops its contribution
+        let mut live = col("n", "a");
+        live.expires_at = Some(100);
+        live.vkey = Some(2);
+        assert_eq!(c.put(1, live), Some(a));
+        let ns = &c.namespaces["n"];
+        assert_eq!((ns.superseded, ns.vectors), (0, 1));
+        assert!(
+            ns.tags.is_empty(),
+            "a tag nobody carries has no posting list"
+        );
+        assert!(ns.all_live(99) && !ns.all_live(100), "expiry at 100");
+        assert_eq!(c.by_vkey.get(&1), None);
+        assert_eq!(c.by_vkey.get(&2), Some(&1));
+        check(&c);
+
+        // a validity end makes the namespace not all live from then on
+        let mut ended = col("n", "b");
+        ended.valid_to = Some(60);
+        c.put(2, ended);
+        assert!(c.namespaces["n"].all_live(59) && !c.namespaces["n"].all_live(60));
+        assert_eq!(c.rid("n", "b"), Some(2));
+        assert_eq!(c.rid("m", "b"), None);
+
+        // a row moving namespace leaves the old one, which disappears when empty
+        c.put(2, col("m", "b"));
+        assert_eq!(c.rid("n", "b"), None);
+        assert_eq!(c.rid("m", "b"), Some(2));
+        check(&c);
+        assert!(c.remove(1).is_some());
+        assert!(c.remove(1).is_none());
+        assert!(!c.namespaces.contains_key("n"));
+        check(&c);
+        c.remove(2);
+        assert!(c.namespaces.is_empty() && c.rows.is_empty() && c.by_vkey.is_empty());
+    }
+
+    #[test]
+    fn random_puts_and_removes_keep_every_index_exact() {
+        let mut s: u64 = 7;
+        let mut next = |n: u64| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (s >> 33) % n
+        };
+        let mut c = Columns::default();
+        let mut vkey = 0;
+        for step in 0..2000 {
+            let rid = next(40);
+            if next(4) == 0 {
+                c.remove(rid);
+            } else {
+                let mut r = col(["a", "b", "c"][usize::try_from(next(3)).unwrap()], "");
+                r.id = format!("id{rid}");
+                r.tag_hashes = (0..next(3))
+                    .map(|_| tag_hash(&next(5).to_string()))
+                    .collect();
+                r.tag_hashes.dedup();
+                r.meta_hashes = vec![pair_hash("k", &next(4).to_string())];
+                r.superseded_by = (next(5) == 0).then(|| "x".to_owned());
+                r.expires_at = (next(3) == 0).then(|| i64::try_from(next(10)).unwrap());
+                r.valid_to = (next(3) == 0).then(|| i64::try_from(next(10)).unwrap());
+                if next(2) == 0 {
+                    vkey += 1;
+                    r.vkey = Some(vkey);
+                }
+                c.put(rid, r);
+            }
+            if step % 50 == 0 {
+                check(&c);
+            }
+        }
+        check(&c);
+        // loading the same records from scratch gives the same indexes
+        let records: Vec<(u64, Col)> = c.rows.iter().map(|(r, col)| (*r, col.clone())).collect();
+        let loaded = Columns::load(records);
+        check(&loaded);
+        assert_eq!(kept(&loaded), kept(&c));
+        for (name, ns) in &c.namespaces {
+            let other = &loaded.namespaces[name];
+            assert_eq!(ns.ids, other.ids);
+            assert_eq!(ns.tags, other.tags);
+            assert_eq!(ns.meta, other.meta);
+            for t in 0..12 {
+                assert_eq!(ns.all_live(t), other.all_live(t), "{name} at {t}");
+                assert_eq!(
+                    ns.expiries.any_at_or_before(t),
+                    other.expiries.any_at_or_before(t)
+                );
+            }
+        }
+    }
+}

@@ -219,3 +219,473 @@ impl<'a> Predicate<'a> {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::columns::Columns;
+    use crate::types::Tier;
+
+    const NOW: Micros = 1000;
+
+    /// Rows 1-7 of namespace "n" (see the table in `every_field_selects_its_rows`) and one
+    /// row of namespace "m".
+    fn columns() -> Columns {
+        let row = |id: &str, tier, level, created_at, last_accessed_at| Col {
+            id: id.to_owned(),
+            namespace: "n".to_owned(),
+            tier,
+            level,
+            created_at,
+            last_accessed_at,
+            ..Col::default()
+        };
+        let tags = |t: &[&str]| t.iter().map(|t| tag_hash(t)).collect::<Vec<_>>();
+        let meta = |m: &[(&str, &str)]| m.iter().map(|(k, v)| pair_hash(k, v)).collect();
+
+        let mut r1 = row("r1", Tier::Semantic, Some(Level::Explicit), 100, 500);
+        r1.tag_hashes = tags(&["red"]);
+        r1.meta_hashes = meta(&[("k", "v"), ("memory_type", "fact")]);
+        let mut r2 = row("r2", Tier::Episodic, Some(Level::Deduced), 200, 900);
+        r2.tag_hashes = tags(&["red", "blue"]);
+        r2.meta_hashes = meta(&[("k", "w"), ("memory_type", "event")]);
+        let mut r3 = row("r3", Tier::Working, None, 300, 0);
+        r3.expires_at = Some(900);
+        let mut r4 = row("r4", Tier::Procedural, Some(Level::Explicit), 400, 0);
+        r4.superseded_by = Some("r1".to_owned());
+        let mut r5 = row("r5", Tier::Semantic, None, 500, 0);
+        r5.valid_from = Some(500);
+        r5.valid_to = Some(800);
+        let mut r6 = row("r6", Tier::Semantic, None, 600, 650);
+        r6.valid_from = Some(1500);
+        let mut r7 = row("r7", Tier::Semantic, Some(Level::Deduced), 700, 100);
+        r7.expires_at = Some(2000);
+        r7.tag_hashes = tags(&["blue"]);
+        r7.meta_hashes = meta(&[("memory_type", "fact")]);
+        let mut other = row("m1", Tier::Semantic, None, 0, 0);
+        other.namespace = "m".to_owned();
+        other.tag_hashes = tags(&["red"]);
+        Columns::load(
+            [r1, r2, r3, r4, r5, r6, r7, other]
+                .into_iter()
+                .zip(1..)
+                .map(|(c, rid)| (rid, c))
+                .collect(),
+        )
+    }
+
+    fn spec() -> FilterSpec {
+        FilterSpec {
+            now: NOW,
+            ..FilterSpec::default()
+        }
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn strings(s: &[&str]) -> Vec<String> {
+        s.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// The rows of `ns` the predicate passes, checked against `candidates`/`candidate_count`.
+    fn passing(c: &Columns, ns: &str, spec: &FilterSpec) -> BTreeSet<u64> {
+        let n = &c.namespaces[ns];
+        let p = Predicate::new(spec, n);
+        let all: Vec<u64> = n.ids.values().copied().collect();
+        let pass: BTreeSet<u64> = all
+            .iter()
+            .copied()
+            .filter(|rid| p.matches(*rid, &c.rows[rid]))
+            .collect();
+        if p.is_trivial() {
+            assert_eq!(pass.len(), all.len(), "trivial, yet rows fail");
+        }
+        match p.candidates() {
+            Some(cands) => {
+                assert_eq!(p.candidate_count(), cands.len());
+                let cands: BTreeSet<u64> = cands.into_iter().collect();
+                assert!(pass.is_subset(&cands), "a passing row is not a candidate");
+            }
+            None => assert_eq!(p.candidate_count(), all.len()),
+        }
+        pass
+    }
+
+    #[test]
+    #[allow(clippy::too_many_lines, reason = "one table")]
+    fn every_field_selects_its_rows() {
+        let c = columns();
+        let at = |as_of| FilterSpec {
+            as_of: Some(as_of),
+            ..spec()
+        };
+        let cases: Vec<(&str, FilterSpec, &[u64])> = vec![
+            // r3 expired at 900, r4 superseded, r5's validity ended at 800; r6's validity
+            // starting later does not matter without as_of
+            ("default", spec(), &[1, 2, 6, 7]),
+            (
+                "tier",
+                FilterSpec {
+                    tiers: vec![Tier::Semantic],
+                    ..spec()
+                },
+                &[1, 6, 7],
+            ),
+            (
+                "tiers-or",
+                FilterSpec {
+                    tiers: vec![Tier::Episodic, Tier::Working, Tier::Procedural],
+                    ..spec()
+                },
+                &[2],
+            ),
+            (
+                "level-none-is-legacy",
+                FilterSpec {
+                    levels: vec![None],
+                    ..spec()
+                },
+                &[6],
+            ),
+            (
+                "levels-or",
+                FilterSpec {
+                    levels: vec![Some(Level::Explicit), None],
+                    ..spec()
+                },
+                &[1, 6],
+            ),
+            (
+                "level-deduced",
+                FilterSpec {
+                    levels: vec![Some(Level::Deduced)],
+                    ..spec()
+                },
+                &[2, 7],
+            ),
+            (
+                "tag",
+                FilterSpec {
+                    tags: strings(&["red"]),
+                    ..spec()
+                },
+                &[1, 2],
+            ),
+            (
+                "tags-and",
+                FilterSpec {
+                    tags: strings(&["red", "blue"]),
+                    ..spec()
+                },
+                &[2],
+            ),
+            (
+                "tag-unknown",
+                FilterSpec {
+                    tags: strings(&["green"]),
+                    ..spec()
+                },
+                &[],
+            ),
+            (
+                "metadata",
+                FilterSpec {
+                    metadata: pairs(&[("k", "v")]),
+                    ..spec()
+                },
+                &[1],
+            ),
+            (
+                "metadata-and",
+                FilterSpec {
+                    metadata: pairs(&[("k", "w"), ("memory_type", "fact")]),
+                    ..spec()
+                },
+                &[],
+            ),
+            (
+                "exclude-metadata",
+                FilterSpec {
+                    exclude_metadata: pairs(&[("k", "v"), ("memory_type", "event")]),
+                    ..spec()
+                },
+                &[6, 7],
+            ),
+            (
+                "exclude-ids",
+                FilterSpec {
+                    // m1 lives in another namespace, "zz" nowhere: no effect
+                    exclude_ids: strings(&["r2", "m1", "zz"]),
+                    ..spec()
+                },
+                &[1, 6, 7],
+            ),
+            (
+                "include-expired",
+                FilterSpec {
+                    include_expired: true,
+                    ..spec()
+                },
+                &[1, 2, 3, 6, 7],
+            ),
+            (
+                "include-superseded-lifts-valid-to",
+                FilterSpec {
+                    include_superseded: true,
+                    ..spec()
+                },
+                &[1, 2, 4, 5, 6, 7],
+            ),
+            (
+                "include-both",
+                FilterSpec {
+                    include_expired: true,
+                    include_superseded: true,
+                    ..spec()
+                },
+                &[1, 2, 3, 4, 5, 6, 7],
+            ),
+            // as_of: validity windows [valid_from, valid_to), superseding ignored, expiry
+            // checked at as_of
+            ("as-of-700", at(700), &[1, 2, 3, 4, 5, 7]),
+            ("as-of-800-window-end-excluded", at(800), &[1, 2, 3, 4, 7]),
+            ("as-of-900-expiry-reached", at(900), &[1, 2, 4, 7]),
+            (
+                "as-of-900-include-expired",
+                FilterSpec {
+                    include_expired: true,
+                    ..at(900)
+                },
+                &[1, 2, 3, 4, 7],
+            ),
+            (
+                "as-of-1500-window-start-included",
+                at(1500),
+                &[1, 2, 4, 6, 7],
+            ),
+            ("as-of-2000-r7-expired", at(2000), &[1, 2, 4, 6]),
+            (
+                "memory-type",
+                FilterSpec {
+                    memory_types: strings(&["fact"]),
+                    ..spec()
+                },
+                &[1, 7],
+            ),
+            (
+                "memory-types-or",
+                FilterSpec {
+                    memory_types: strings(&["fact", "event"]),
+                    ..spec()
+                },
+                &[1, 2, 7],
+            ),
+            (
+                "memory-type-unknown",
+                FilterSpec {
+                    memory_types: strings(&["plan"]),
+                    ..spec()
+                },
+                &[],
+            ),
+            (
+                "created-after-inclusive",
+                FilterSpec {
+                    created_after: Some(200),
+                    ..spec()
+                },
+                &[2, 6, 7],
+            ),
+            (
+                "accessed-after-inclusive",
+                FilterSpec {
+                    accessed_after: Some(650),
+                    ..spec()
+                },
+                &[2, 6],
+            ),
+            (
+                "combined",
+                FilterSpec {
+                    tiers: vec![Tier::Semantic, Tier::Episodic],
+                    tags: strings(&["blue"]),
+                    memory_types: strings(&["fact", "event"]),
+                    include_expired: true,
+                    ..spec()
+                },
+                &[2, 7],
+            ),
+        ];
+        for (name, spec, want) in cases {
+            let got: Vec<u64> = passing(&c, "n", &spec).into_iter().collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_reference_instant_is_now_without_as_of() {
+        let c = columns();
+        let at = |now| FilterSpec { now, ..spec() };
+        let got = |s: &FilterSpec| passing(&c, "n", s).into_iter().collect::<Vec<_>>();
+        // before r5's validity ended and r3 expired; r7 expires at 2000
+        assert_eq!(got(&at(799)), [1, 2, 3, 5, 6, 7]);
+        assert_eq!(got(&at(800)), [1, 2, 3, 6, 7]);
+        assert_eq!(got(&at(900)), [1, 2, 6, 7]);
+        assert_eq!(got(&at(2000)), [1, 2, 6]);
+    }
+
+    #[test]
+    fn a_filter_is_trivial_only_when_every_row_passes_it() {
+        let c = columns();
+        let trivial = |ns: &str, s: &FilterSpec| Predicate::new(s, &c.namespaces[ns]).is_trivial();
+        // "n" holds expired, superseded and ended rows; "m" none of them
+        assert!(!trivial("n", &spec()));
+        assert!(trivial("m", &spec()));
+        let lifted = FilterSpec {
+            include_expired: true,
+            include_superseded: true,
+            ..spec()
+        };
+        assert!(trivial("n", &lifted));
+        assert!(!trivial(
+            "n",
+            &FilterSpec {
+                include_expired: true,
+                ..spec()
+            }
+        ));
+        assert!(!trivial(
+            "n",
+            &FilterSpec {
+                include_superseded: true,
+                ..spec()
+            }
+        ));
+        // an unknown id to exclude changes nothing
+        let absent = FilterSpec {
+            exclude_ids: strings(&["zz"]),
+            ..spec()
+        };
+        assert!(trivial("m", &absent));
+        // every other field makes it non-trivial, even when all rows pass
+        let others = [
+            FilterSpec {
+                as_of: Some(NOW),
+                ..spec()
+            },
+            FilterSpec {
+                tiers: vec![Tier::Semantic],
+                ..spec()
+            },
+            FilterSpec {
+                levels: vec![None],
+                ..spec()
+            },
+            FilterSpec {
+                tags: strings(&["red"]),
+                ..spec()
+            },
+            FilterSpec {
+                metadata: pairs(&[("k", "v")]),
+                ..spec()
+            },
+            FilterSpec {
+                exclude_metadata: pairs(&[("k", "v")]),
+                ..spec()
+            },
+            FilterSpec {
+                exclude_ids: strings(&["m1"]),
+                ..spec()
+            },
+            FilterSpec {
+                memory_types: strings(&["fact"]),
+                ..spec()
+            },
+            FilterSpec {
+                created_after: Some(0),
+                ..spec()
+            },
+            FilterSpec {
+                accessed_after: Some(0),
+                ..spec()
+            },
+        ];
+        for (i, s) in others.iter().enumerate() {
+            assert!(!trivial("m", s), "field {i}");
+        }
+        // a predicate names the tags a keyword search may require
+        let tagged = FilterSpec {
+            tags: strings(&["red", "blue"]),
+            ..spec()
+        };
+        let p = Predicate::new(&tagged, &c.namespaces["n"]);
+        assert_eq!(p.tags(), [tag_hash("red"), tag_hash("blue")]);
+    }
+
+    #[test]
+    fn candidates_are_the_smallest_posting_list() {
+        let c = columns();
+        let n = &c.namespaces["n"];
+        let cands = |s: &FilterSpec| {
+            let p = Predicate::new(s, n);
+            (p.candidates(), p.candidate_count())
+        };
+        // no posting list: scan the namespace
+        assert_eq!(cands(&spec()), (None, 7));
+        assert_eq!(
+            cands(&FilterSpec {
+                tiers: vec![Tier::Semantic],
+                ..spec()
+            }),
+            (None, 7)
+        );
+        // red {1, 2}, blue {2, 7}, k=v {1}: the smallest wins
+        assert_eq!(
+            cands(&FilterSpec {
+                tags: strings(&["red"]),
+                ..spec()
+            }),
+            (Some(vec![1, 2]), 2)
+        );
+        let s = FilterSpec {
+            tags: strings(&["red", "blue"]),
+            metadata: pairs(&[("k", "v")]),
+            ..spec()
+        };
+        assert_eq!(cands(&s), (Some(vec![1]), 1));
+        // an unknown tag: nothing can pass
+        let s = FilterSpec {
+            tags: strings(&["red", "green"]),
+            ..spec()
+        };
+        assert_eq!(cands(&s), (Some(vec![]), 0));
+        // memory types: their union (fact {1, 7}, event {2}), unless a list is smaller
+        let types = FilterSpec {
+            memory_types: strings(&["fact", "event", "plan"]),
+            ..spec()
+        };
+        assert_eq!(cands(&types), (Some(vec![1, 2, 7]), 3));
+        let s = FilterSpec {
+            metadata: pairs(&[("k", "w")]),
+            ..types
+        };
+        assert_eq!(cands(&s), (Some(vec![2]), 1));
+        // other namespaces' postings are never candidates
+        let m = Predicate::new(
+            &FilterSpec {
+                tags: strings(&["red"]),
+                ..spec()
+            },
+            &c.namespaces["m"],
+        );
+        assert_eq!(m.candidates(), Some(vec![8]));
+    }
+}
