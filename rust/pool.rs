@@ -24,3 +24,24 @@ pub fn pool() -> Result<&'static ThreadPool> {
     .as_ref()
     .map_err(|e| Error::storage("worker pool", e))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use rayon::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn the_pool_is_built_once_and_runs_work_on_its_named_threads() {
+        let p = pool().unwrap();
+        assert!(std::ptr::eq(p, pool().unwrap()), "one pool per process");
+        assert!(p.current_num_threads() >= 1);
+        let sum: u64 = p.install(|| (1..=1000u64).into_par_iter().sum());
+        assert_eq!(sum, 500_500);
+        // its own threads, not rayon's global pool (whose threads are unnamed)
+        let name = p.install(|| std::thread::current().name().map(str::to_owned));
+        assert!(name.unwrap().starts_with("memini-worker-"));
+    }
+}

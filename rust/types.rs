@@ -257,3 +257,208 @@ pub struct Scored {
     /// Higher is better.
     pub score: f64,
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn string_enums_round_trip_and_name_the_allowed_values() {
+        fn round_trip<T: Copy + PartialEq + std::fmt::Debug>(
+            all: &[T],
+            as_str: fn(T) -> &'static str,
+            parse: fn(&str) -> Result<T>,
+        ) {
+            let names: Vec<&str> = all.iter().map(|v| as_str(*v)).collect();
+            for v in all {
+                assert_eq!(parse(as_str(*v)).unwrap(), *v);
+            }
+            let mut unique = names.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            assert_eq!(unique.len(), names.len(), "{names:?}");
+        }
+        round_trip(Tier::ALL, Tier::as_str, Tier::parse);
+        round_trip(Level::ALL, Level::as_str, Level::parse);
+        round_trip(Metric::ALL, Metric::as_str, Metric::parse);
+        round_trip(SortKey::ALL, SortKey::as_str, SortKey::parse);
+        assert_eq!(Tier::ALL.len(), 4);
+        assert_eq!(Tier::default(), Tier::Semantic);
+        assert_eq!(SortKey::LastAccessedAt.as_str(), "last_accessed_at");
+
+        let err = |e: Error| match e {
+            Error::InvalidArgument(m) => m,
+            other => panic!("not an invalid argument: {other:?}"),
+        };
+        assert_eq!(
+            err(Tier::parse("Semantic").unwrap_err()),
+            "unknown tier \"Semantic\" (use one of: working, episodic, semantic, procedural)"
+        );
+        assert_eq!(
+            err(SortKey::parse("").unwrap_err()),
+            "unknown sort key \"\" (use one of: created_at, updated_at, last_accessed_at, \
+             access_count, importance)"
+        );
+        assert_eq!(
+            err(Metric::parse("cosine").unwrap_err()),
+            "unknown metric \"cosine\" (use one of: l2, cos, ip)"
+        );
+        assert!(err(Level::parse("implicit").unwrap_err()).contains("explicit, deduced"));
+    }
+
+    fn memory() -> Memory {
+        Memory {
+            id: "m1".into(),
+            namespace: "ns".into(),
+            content: "old".into(),
+            tier: Tier::Working,
+            level: Some(Level::Explicit),
+            tags: vec!["a".into()],
+            created_at: 10,
+            updated_at: 10,
+            expires_at: Some(99),
+            confidence: Some(0.5),
+            ..Memory::default()
+        }
+    }
+
+    #[test]
+    fn a_patch_changes_its_update_fields_and_never_the_fixed_ones() {
+        let mut m = memory();
+        m.apply(MemoryPatch {
+            id: Some("other".into()),
+            namespace: Some("elsewhere".into()),
+            created_at: Some(1),
+            content: Some("new".into()),
+            tier: Some(Tier::Semantic),
+            level: Some(None),
+            tags: Some(vec![]),
+            updated_at: Some(20),
+            expires_at: Some(None),
+            superseded_by: Some(Some("m2".into())),
+            confidence: Some(Some(0.9)),
+            embedding: Some(None),
+            ..MemoryPatch::default()
+        });
+        let want = Memory {
+            content: "new".into(),
+            tier: Tier::Semantic,
+            level: None,
+            tags: vec![],
+            updated_at: 20,
+            expires_at: None,
+            superseded_by: Some("m2".into()),
+            confidence: Some(0.9),
+            ..memory()
+        };
+        assert_eq!(m, want);
+        assert_eq!(
+            (m.id.as_str(), m.namespace.as_str(), m.created_at),
+            ("m1", "ns", 10)
+        );
+
+        // an empty patch changes nothing
+        let mut same = memory();
+        same.apply(MemoryPatch::default());
+        assert_eq!(same, memory());
+    }
+
+    #[test]
+    fn touches_payload_is_true_for_payload_fields_only() {
+        let payload = [
+            MemoryPatch {
+                content: Some(String::new()),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                summary: Some(String::new()),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                metadata: Some("{}".into()),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                tags: Some(vec![]),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                linked_memory_ids: Some(vec![]),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                fingerprint: Some(String::new()),
+                ..MemoryPatch::default()
+            },
+        ];
+        for (i, p) in payload.iter().enumerate() {
+            assert!(p.touches_payload(), "payload field {i}");
+        }
+        let columns = [
+            MemoryPatch::default(),
+            MemoryPatch {
+                tier: Some(Tier::Working),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                level: Some(None),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                importance: Some(1.0),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                updated_at: Some(1),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                last_accessed_at: Some(1),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                access_count: Some(1),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                expires_at: Some(None),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                superseded_by: Some(None),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                valid_from: Some(None),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                valid_to: Some(None),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                confidence: Some(None),
+                ..MemoryPatch::default()
+            },
+            // the vector is not in the payload, nor are the fixed fields patched at all
+            MemoryPatch {
+                embedding: Some(None),
+                ..MemoryPatch::default()
+            },
+            MemoryPatch {
+                id: Some(String::new()),
+                ..MemoryPatch::default()
+            },
+        ];
+        for (i, p) in columns.iter().enumerate() {
+            assert!(!p.touches_payload(), "column patch {i}");
+        }
+    }
+
+    #[test]
+    fn now_micros_is_after_2020() {
+        assert!(now_micros() > 1_577_836_800_000_000);
+    }
+}
