@@ -844,3 +844,21 @@ def test_id_repeated_in_the_file(
     assert summary in " ".join(out.split())
     with Store.open(tmp_path / "s") as s:
         assert s.get("default", "x").content == stored
+
+
+def test_check_notices_a_lost_meta_db(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "src"
+    with Store.open(store) as s:
+        assert s.list_all_links() and s.stats()["meta_db_lost"] is None
+    (store / "meta.sqlite3").unlink()
+    with Store.open(store) as s:  # recreated empty: the loss is recorded with the rows
+        assert s.list_all_links() == []
+        assert s.stats()["meta_db_lost"] is not None
+    rc, out, _ = run(capsys, "check", "--store", str(store))
+    assert rc == 2 and "meta.sqlite3" in out and "LOST" in out
+    rc, out, _ = run(capsys, "check", "--store", str(store), "--repair")
+    assert rc == 0 and "acknowledged" in out
+    rc, out, _ = run(capsys, "check", "--store", str(store))
+    assert rc == 0 and "consistent" in out

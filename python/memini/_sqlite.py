@@ -202,10 +202,11 @@ class MetaDB:
     semantics). Obtain one with `MetaDB.open`.
     """
 
-    def __init__(self, conn: sqlite3.Connection, path: str | None) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str | None, created: bool = False) -> None:
         """Wrap an opened, migrated connection (use `MetaDB.open`)."""
         self._conn: sqlite3.Connection | None = conn
         self._path = path
+        self._created = created
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -264,12 +265,17 @@ class MetaDB:
             raise
         if created and path is not None:
             _fsync_dir(os.path.dirname(path))
-        return cls(conn, path)
+        return cls(conn, path, created)
 
     @property
     def path(self) -> str | None:
         """The database file, or None for an in-memory database."""
         return self._path
+
+    @property
+    def created(self) -> bool:
+        """Whether `open` created the file (it did not exist)."""
+        return self._created
 
     @property
     def closed(self) -> bool:

@@ -18,7 +18,7 @@ import stat
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, Self, TypeVar
@@ -52,6 +52,10 @@ _MAX_DIMS = 65_536
 # Far above any useful breadth (the graph search visits at most every vector anyway); keeps
 # the core's arithmetic on it (multiples of the breadth) well inside 64 bits.
 _MAX_SEARCH_BREADTH = 1 << 24
+# store settings kept with the rows (Engine.setting): the store has a meta.sqlite3 / when one
+# was found missing and recreated empty
+_META_DB = "meta_db"
+_META_DB_LOST = "meta_db_lost"
 
 # Stores opened in this process, closed in a forked child (the parent keeps its lock).
 _open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -136,6 +140,21 @@ def _dir(path: object, what: str) -> Path:
             )
         break
     return full
+
+
+def _pair_meta_db(engine: Engine, meta: MetaDB, path: Path) -> None:
+    """The rows remember that the store has a ``meta.sqlite3``. When a later open finds it
+    missing (and so recreates it empty), the loss is logged and recorded with the rows, for
+    ``stats()["meta_db_lost"]`` and ``memini check`` to report until acknowledged."""
+    if engine.setting(_META_DB) is None:
+        engine.set_setting(_META_DB, "present")
+    elif meta.created:
+        engine.set_setting(_META_DB_LOST, datetime.now(UTC).isoformat(timespec="seconds"))
+        logging.getLogger("memini").warning(
+            "%s was missing and is recreated empty: the links, API keys and events stored "
+            "before are lost (restore the file from a backup); the memories are intact",
+            path / "meta.sqlite3",
+        )
 
 
 def _now(now: datetime | None, what: str = "now") -> int:
@@ -251,6 +270,13 @@ class Store:
         except BaseException:
             engine.close()
             raise
+        try:
+            if p is not None:
+                _pair_meta_db(engine, meta, p)
+        except BaseException:
+            meta.close()
+            engine.close()
+            raise
         return cls(engine, meta, checked, p)
 
     def _check(self) -> None:
@@ -308,7 +334,18 @@ class Store:
         out = self._engine.stats()
         out["meta"] = self._meta.stats()
         out["metrics_errors"] = self._metrics.errors
+        out["meta_db_lost"] = self._engine.setting(_META_DB_LOST) or None
         return out
+
+    def acknowledge_meta_db_loss(self) -> None:
+        """Forget a recorded loss of ``meta.sqlite3`` (see ``stats()["meta_db_lost"]``).
+
+        For ``memini check --repair``, once the loss is known: links, API keys and events
+        from before it are gone for good unless the file is restored from a backup.
+        """
+        self._check()
+        if self._engine.setting(_META_DB_LOST) is not None:
+            self._engine.set_setting(_META_DB_LOST, "")
 
     def backup(self, path: str | os.PathLike[str]) -> None:
         """Write a consistent snapshot of the store into the new directory ``path``.

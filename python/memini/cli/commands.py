@@ -459,12 +459,17 @@ class _Check:
     vector_index: int | None
     probe_found: int
     probe_total: int
+    meta_db_lost: str | None
 
     @property
-    def ok(self) -> bool:
+    def indexes_ok(self) -> bool:
         vec_ok = self.vector_index is None or self.vector_index == self.vectors
         probe_ok = self.probe_found == self.probe_total
         return self.rows == self.keyword_docs and vec_ok and probe_ok
+
+    @property
+    def ok(self) -> bool:
+        return self.indexes_ok and self.meta_db_lost is None
 
 
 def _vector_probe(store: Store, per_namespace: int = 20) -> tuple[int, int]:
@@ -497,6 +502,7 @@ def _check(store: Store) -> _Check:
         vector_index=None if index is None else int(index),
         probe_found=found,
         probe_total=total,
+        meta_db_lost=st.get("meta_db_lost"),
     )
 
 
@@ -517,6 +523,13 @@ def _print_check(out: Console, c: _Check) -> None:
         f"vector probe: {c.probe_found}/{c.probe_total} stored vectors find their row: "
         f"{mark[c.probe_found == c.probe_total]}"
     )
+    if c.meta_db_lost is None:
+        out.print("meta.sqlite3 (links, API keys, events): ok")
+    else:
+        out.print(
+            f"meta.sqlite3 (links, API keys, events): LOST — it was missing on {c.meta_db_lost} "
+            "and recreated empty; restore it from a backup (`--repair` acknowledges the loss)"
+        )
 
 
 def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -532,7 +545,7 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
         if result.ok:
             out.print("indexes are consistent with the rows")
             return 0
-        out.print("indexes are out of step with the rows: run `memini check --repair`")
+        out.print("the store has problems: run `memini check --repair`")
         return 2
     # The indexes are derived from the rows: remove them and let open() rebuild them.
     t0 = time.perf_counter()
@@ -541,9 +554,12 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
         if target.is_dir():
             shutil.rmtree(target)
     with open_store(path, "check --repair") as store:
+        store.acknowledge_meta_db_loss()
         after = _check(store)
     out.print(
         f"rebuilt the vector and keyword indexes from the rows in {time.perf_counter() - t0:.1f} s"
     )
+    if result.meta_db_lost is not None:
+        out.print("acknowledged the loss of meta.sqlite3's earlier links, API keys and events")
     _print_check(out, after)
     return 0 if after.ok else 2
