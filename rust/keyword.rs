@@ -48,7 +48,8 @@ use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STRING,
 };
 use tantivy::tokenizer::{
-    AsciiFoldingFilter, Language, LowerCaser, SimpleTokenizer, Stemmer, TextAnalyzer,
+    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
+    TextAnalyzer,
 };
 use tantivy::{
     DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, SegmentReader,
@@ -81,6 +82,9 @@ fn kw_err(context: &str, e: impl std::fmt::Display) -> Error {
 /// The analyzer shared by documents and queries.
 fn analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(SimpleTokenizer::default())
+        // a "word" of 255+ bytes (a hash, a blob) is never a search term; tantivy would drop
+        // one past its own limit anyway, with a warning on stderr
+        .filter(RemoveLongFilter::limit(255))
         .filter(LowerCaser)
         .filter(AsciiFoldingFilter)
         .filter(Stemmer::new(Language::English))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -510,3 +511,12 @@ def test_k_below_one(store: Store) -> None:
             store.keyword_search(NS, "words", k=k)
         with pytest.raises(InvalidArgumentError):
             store.keyword_search(NS, "", k=k)  # k is checked even for a query with no word
+
+
+def test_a_huge_word_is_not_indexed_and_warns_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with Store.open(None, dims=2) as s:
+        s.upsert(Memory(id="a", namespace="n", content="hello " + "x" * 70_000 + " world"))
+        assert [h.memory.id for h in s.keyword_search("n", "world")] == ["a"]
+        assert s.keyword_search("n", "x" * 70_000) == []
+    assert not [r for r in caplog.records if "MAX_TOKEN_LEN" in r.getMessage()]
