@@ -9,7 +9,7 @@ use crate::columns::{fingerprint_hash, Namespace};
 use crate::error::{Error, Result};
 use crate::filter::Predicate;
 use crate::rows::{to_memory, Col, Snapshot};
-use crate::types::{FilterSpec, Memory, Metric, Micros, SortKey, Tier};
+use crate::types::{FilterSpec, Memory, Metric, Micros, Scored, SortKey, Tier};
 use crate::vector::Route;
 
 impl Engine {
@@ -386,6 +386,16 @@ pub(super) fn matching_map<T>(
         Some(c) => c.into_iter().filter_map(pass).collect(),
         None => n.ids.values().copied().filter_map(pass).collect(),
     }
+}
+
+/// Search hits: the full rows of `(rid, score)` pairs, in order.
+pub(super) fn scored(st: &State, snap: &Snapshot, hits: Vec<(u64, f64)>) -> Result<Vec<Scored>> {
+    let rids: Vec<u64> = hits.iter().map(|h| h.0).collect();
+    Ok(materialize(st, snap, &rids)?
+        .into_iter()
+        .zip(hits)
+        .map(|(memory, (_, score))| Scored { memory, score })
+        .collect())
 }
 
 /// Full rows for `rids`, in order.

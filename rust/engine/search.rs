@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::reads::{matching_map, materialize};
+use super::reads::{matching_map, scored};
 use super::tx::validate_vector;
 use super::{Engine, State};
 use crate::columns::Namespace;
@@ -68,16 +68,11 @@ impl Engine {
             };
             let run = |q: &&[f32]| -> Result<Vec<Scored>> {
                 let hits = vectors.search(ns, q, k, &plan)?;
-                let rids: Vec<u64> = hits
-                    .iter()
-                    .filter_map(|(vk, _)| st.cols.by_vkey.get(vk).copied())
-                    .collect();
-                let mems = materialize(st, snap, &rids)?;
-                Ok(mems
+                let by_rid = hits
                     .into_iter()
-                    .zip(hits)
-                    .map(|(memory, (_, score))| Scored { memory, score })
-                    .collect())
+                    .filter_map(|(vk, score)| Some((*st.cols.by_vkey.get(&vk)?, score)))
+                    .collect();
+                scored(st, snap, by_rid)
             };
             if queries.len() > 1 {
                 pool()?.install(|| queries.par_iter().map(run).collect())
@@ -120,14 +115,11 @@ impl Engine {
             } else {
                 pred.tags()
             };
-            let hits = keyword.search(ns, query, k, dominant, tags, &accept)?;
-            let rids: Vec<u64> = hits.iter().map(|h| h.0).collect();
-            let mems = materialize(st, snap, &rids)?;
-            Ok(mems
-                .into_iter()
-                .zip(hits)
-                .map(|(memory, (_, score))| Scored { memory, score })
-                .collect())
+            scored(
+                st,
+                snap,
+                keyword.search(ns, query, k, dominant, tags, &accept)?,
+            )
         })
     }
 }
