@@ -17,8 +17,13 @@
 //!
 //! Invariant: a row exists iff it has an `ids`, a `cols` and a `payload` entry; all three are
 //! written and removed together in one transaction.
+//!
+//! File size: redb grows a full file by doubling it, and a compacted file is full. So opening
+//! a complete store commits nothing, and closing gives back growth that the session's writes
+//! did not use ([`RowStore::trim`]): a compacted store stays compact across close, reopen and
+//! small writes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use redb::{
     Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
@@ -180,9 +185,37 @@ fn bytes_vector(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// Growth of the file since open or the last compaction below which [`RowStore::trim`] does
+/// nothing.
+const TRIM_MIN_GROWTH: u64 = 1 << 20;
+
 /// The redb database with this crate's tables.
 pub struct RowStore {
     db: Database,
+    /// The file of an on-disk store, and its size at open or after the last compaction.
+    file: Option<(PathBuf, FileSize)>,
+}
+
+/// A file's length and the bytes the filesystem holds for it (less than the length while
+/// redb's growth is still a hole: it grows the file with `set_len`).
+#[derive(Clone, Copy, Debug)]
+struct FileSize {
+    len: u64,
+    allocated: u64,
+}
+
+impl FileSize {
+    fn of(path: &Path) -> Result<Self> {
+        let m = std::fs::metadata(path)?;
+        #[cfg(unix)]
+        let allocated = std::os::unix::fs::MetadataExt::blocks(&m).saturating_mul(512);
+        #[cfg(not(unix))]
+        let allocated = m.len();
+        Ok(Self {
+            len: m.len(),
+            allocated,
+        })
+    }
 }
 
 /// A read snapshot.
@@ -199,7 +232,15 @@ impl RowStore {
             Some(p) => builder.create(p)?,
             None => builder.create_with_backend(redb::backends::InMemoryBackend::new())?,
         };
-        let store = Self { db };
+        // measured before the first commit, which may already grow a compacted file
+        let file = path.map(|p| Ok::<_, Error>((p.to_path_buf(), FileSize::of(p)?)));
+        let store = Self {
+            db,
+            file: file.transpose()?,
+        };
+        if store.ready()? {
+            return Ok(store);
+        }
         let mut txn = store.db.begin_write()?;
         {
             for t in [COLS, PAYLOAD, VECTORS, CHANGELOG] {
@@ -219,14 +260,39 @@ impl RowStore {
                 }
             };
             if format > FORMAT_VERSION {
-                return Err(Error::Corruption(format!(
-                    "store format {format} is newer than this memini understands ({FORMAT_VERSION}): upgrade memini"
-                )));
+                return Err(newer_format(format));
             }
         }
         txn.set_durability(Durability::Immediate)?;
         txn.commit()?;
         Ok(store)
+    }
+
+    /// Whether the store has every table and a format this build reads: then opening writes
+    /// nothing (a commit at open would double a compacted file, see [`RowStore::trim`]).
+    fn ready(&self) -> Result<bool> {
+        let txn = self.db.begin_read()?;
+        let names: Vec<String> = txn.list_tables()?.map(|t| t.name().to_owned()).collect();
+        let tables = [
+            IDS.name(),
+            COLS.name(),
+            PAYLOAD.name(),
+            VECTORS.name(),
+            META.name(),
+        ];
+        if !tables.iter().all(|t| names.iter().any(|n| n == t)) {
+            return Ok(false);
+        }
+        let format: Option<u64> = txn
+            .open_table(META)?
+            .get("format")?
+            .map(|v| decode(v.value()))
+            .transpose()?;
+        match format {
+            Some(f) if f > FORMAT_VERSION => Err(newer_format(f)),
+            Some(_) => Ok(true),
+            None => Ok(false),
+        }
     }
 
     /// A consistent read snapshot.
@@ -246,7 +312,37 @@ impl RowStore {
     /// Reclaims free pages. Needs `&mut`: no transaction may be open.
     pub fn compact(&mut self) -> Result<()> {
         self.db.compact()?;
+        if let Some((path, size)) = &mut self.file {
+            *size = FileSize::of(path)?;
+        }
         Ok(())
+    }
+
+    /// Gives back the space the file grew by without using it; returns whether it compacted.
+    /// redb grows a full file by doubling it (up to a 4 GiB region), and a compacted file is
+    /// full: the first commit after a compaction doubles the file, and its pages land at the
+    /// end of the new space, so no later commit can shrink it back. When the file grew since
+    /// open or the last compaction (by a quarter and [`TRIM_MIN_GROWTH`] at least) while the
+    /// filesystem's bytes for it grew by less than an eighth of that, compacting moves those few
+    /// pages down and truncates (the work is about the pages written since, so it is cheap).
+    /// Where files have no holes the allocated bytes grow with the length and this never fires.
+    /// Needs `&mut`, as [`RowStore::compact`].
+    pub fn trim(&mut self) -> Result<bool> {
+        let Some((path, then)) = &self.file else {
+            return Ok(false);
+        };
+        let now = FileSize::of(path)?;
+        let grown = now.len.saturating_sub(then.len);
+        let used = now.allocated.saturating_sub(then.allocated);
+        if grown < TRIM_MIN_GROWTH.max(then.len / 4) || used.saturating_mul(8) > grown {
+            return Ok(false);
+        }
+        log::info!(
+            "row store: giving back {} MiB of unused file growth",
+            grown >> 20
+        );
+        self.compact()?;
+        Ok(true)
     }
 
     /// Copies every table, as of one snapshot, into a new row store at `dest`.
@@ -267,6 +363,12 @@ impl RowStore {
         txn.commit()?;
         Ok(())
     }
+}
+
+fn newer_format(format: u64) -> Error {
+    Error::Corruption(format!(
+        "store format {format} is newer than this memini understands ({FORMAT_VERSION}): upgrade memini"
+    ))
 }
 
 fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(

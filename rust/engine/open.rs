@@ -169,6 +169,10 @@ impl Engine {
         };
         inner.checkpointer.stop();
         let checkpointed = inner.checkpoint(Reason::Close);
+        if let Err(e) = inner.rows.write().trim() {
+            // the file is intact, only larger than it needs to be
+            log::warn!("row store: giving back unused space at close failed: {e}");
+        }
         // the checkpoint thread held the only other reference and has ended: the files, the
         // lock and the keyword index's threads are released here, before close returns
         drop(inner);
