@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use super::tx::Tx;
-use super::{Engine, FaultPoint, Inner, State};
+use super::{Counters, Engine, FaultPoint, Inner, State};
 use crate::error::{Error, Result};
 use crate::keyword::{Doc, FOLD_DOCS};
 use crate::rows::Col;
@@ -84,6 +84,12 @@ impl Engine {
 
     fn submit_op(&self, op: Op) -> Result<Out> {
         let inner = self.inner()?;
+        if let Some(why) = inner.broken.lock().as_ref() {
+            return Err(Error::Storage(format!(
+                "the row store failed in the middle of a commit ({why}); reopen the store \
+                 before writing again"
+            )));
+        }
         let slot = Arc::new(Slot::default());
         let mut q = inner.queue.lock();
         q.jobs.push((op, slot.clone()));
@@ -151,11 +157,29 @@ impl Inner {
         let unrun: Vec<Job> = jobs.collect();
         let mut st = self.state.write();
         // what the indexes will need is checked while the group can still be refused
-        let commit = match failed {
+        let ready = match failed {
             Some(m) => Err(Error::Storage(m)),
             None => prepare(&st, &effects).and_then(|()| batch.set_meta("counters", &*counters)),
         };
-        match commit.and_then(|()| batch.commit()) {
+        let committed = match ready {
+            Err(e) => Err((e, "nothing from it was stored")),
+            // a commit can fail after its data reached the disk (a full disk cutting the last
+            // write short): the row store says whether it landed
+            Ok(()) => batch
+                .commit()
+                .or_else(|e| match landed(&rows, counters.seq) {
+                    Some(true) => Ok(()),
+                    Some(false) => Err((e, "nothing from it was stored")),
+                    None => {
+                        *self.broken.lock() = Some(e.to_string());
+                        Err((
+                            e,
+                            "it may or may not be stored; reopen the store to find out",
+                        ))
+                    }
+                }),
+        };
+        match committed {
             Ok(()) => {
                 let applied = self.apply(&mut st, &rows, effects, counters.seq);
                 let due = counters.seq.saturating_sub(st.vector_seq) >= CHECKPOINT_EVERY;
@@ -171,7 +195,7 @@ impl Inner {
                     self.checkpointer.request();
                 }
             }
-            Err(e) => {
+            Err((e, outcome)) => {
                 *counters = saved;
                 drop(st);
                 let msg = e.to_string();
@@ -183,9 +207,7 @@ impl Inner {
                             | Error::InvalidArgument(_)
                             | Error::DimensionMismatch(_)),
                         ) => Err(err),
-                        _ => Err(Error::Storage(format!(
-                            "write failed, nothing from it was stored: {msg}"
-                        ))),
+                        _ => Err(Error::Storage(format!("write failed, {outcome}: {msg}"))),
                     });
                 }
             }
@@ -236,6 +258,13 @@ impl Inner {
         }
         self.repair(st, rows, seq)
     }
+}
+
+/// Whether a commit that reported an error reached the row store anyway (its counters are
+/// there): Some(answer), or None when the row store cannot say.
+fn landed(rows: &crate::rows::RowStore, seq: u64) -> Option<bool> {
+    let stored: Option<Counters> = rows.snapshot().ok()?.meta("counters").ok()?;
+    Some(stored.is_some_and(|c| c.seq == seq))
 }
 
 /// Room in the vector graphs for the group's inserts (a failed reservation refuses the

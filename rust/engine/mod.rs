@@ -174,6 +174,9 @@ struct Inner {
     queue: Mutex<commit::Queue>,
     counters: Mutex<Counters>,
     faults: Faults,
+    /// Set when a commit failed and the row store could not say whether it landed: the
+    /// in-memory state may be behind the rows, so writes are refused until a reopen.
+    broken: Mutex<Option<String>>,
     checkpointer: checkpoint::Checkpointer,
     /// Checkpoints taken since open.
     checkpoints: std::sync::atomic::AtomicU64,

@@ -147,6 +147,7 @@ impl Engine {
             queue: Mutex::new(Queue::default()),
             counters: Mutex::new(counters),
             faults: Faults::default(),
+            broken: Mutex::new(None),
             checkpointer: Checkpointer::default(),
             checkpoints: std::sync::atomic::AtomicU64::new(0),
             checkpointing: Mutex::new(()),
