@@ -1,4 +1,7 @@
-"""Shared fixtures: every store-level test runs on an on-disk and an in-memory store."""
+"""Shared fixtures: every store-level test runs on an on-disk store, an in-memory store and a
+`RemoteStore` talking to a live server on 127.0.0.1 (the proof that the client is the Store
+API). Tests about opening, locking or closing a directory, or about the in-process `Store`'s
+internals, are marked ``local_only`` and skipped for the remote store."""
 
 from __future__ import annotations
 
@@ -19,25 +22,43 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 OpenStore = Callable[..., Any]
 
 
-@pytest.fixture(params=["disk", "memory"])
+@pytest.fixture(params=["disk", "memory", "remote"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenStore]:
     """Factory ``open_store(dims=4, metric=None)`` for a fresh store of the parametrised kind.
 
-    Stores it opened are closed at teardown.
+    ``remote``: an in-memory store served by `memini.server.Server` on 127.0.0.1 (a free
+    port, uvicorn in a thread, open access on loopback, events logged) and a `RemoteStore`
+    connected to it; one server per store. Stores and servers it opened are closed at
+    teardown.
     """
     from memini import Store
 
+    if request.param == "remote" and request.node.get_closest_marker("local_only"):
+        pytest.skip("about a local store directory or the in-process Store")
     opened: list[Any] = []
+    servers: list[Any] = []
 
     def factory(dims: int = 4, metric: str | None = None) -> Any:
-        path = tmp_path / f"store{len(opened)}" if request.param == "disk" else None
-        s = Store.open(path, dims=dims, metric=metric)
+        if request.param == "remote":
+            import memini
+            from memini.server import Server, ServerOptions
+
+            server = Server.open(
+                None, dims=dims, metric=metric, options=ServerOptions(port=0, mcp=False, events=False),
+            )
+            servers.append(server)
+            s = memini.connect(server.start(), retry_for=0)
+        else:
+            path = tmp_path / f"store{len(opened)}" if request.param == "disk" else None
+            s = Store.open(path, dims=dims, metric=metric)
         opened.append(s)
         return s
 
     yield factory
     for s in opened:
         s.close()
+    for server in servers:
+        server.stop()
 
 
 @pytest.fixture

@@ -5,7 +5,9 @@ Memories (facts, episodes, procedures) live in namespaces and are recalled by me
 Rust core. See `Store`.
 """
 
+from memini.client import RemoteStore, connect
 from memini.errors import (
+    AuthError,
     ConflictError,
     CorruptionError,
     DimensionMismatchError,
@@ -14,6 +16,7 @@ from memini.errors import (
     NotFoundError,
     StoreClosedError,
     StoreLockedError,
+    UnavailableError,
 )
 from memini.metrics import Metrics, PrometheusMetrics
 from memini.store import Store
@@ -40,6 +43,7 @@ from memini.types import (
 
 __all__ = [
     "APIKey",
+    "AuthError",
     "ConflictError",
     "CorruptionError",
     "DimensionMismatchError",
@@ -56,6 +60,7 @@ __all__ = [
     "NamespaceLink",
     "NotFoundError",
     "PrometheusMetrics",
+    "RemoteStore",
     "Scored",
     "Sort",
     "SortKey",
@@ -63,6 +68,8 @@ __all__ = [
     "StoreClosedError",
     "StoreLockedError",
     "Tier",
+    "UnavailableError",
+    "connect",
     "fingerprint",
     "grow_confidence",
     "hash_api_key",

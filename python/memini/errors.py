@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AuthError",
     "ConflictError",
     "CorruptionError",
     "DimensionMismatchError",
@@ -11,6 +12,7 @@ __all__ = [
     "NotFoundError",
     "StoreClosedError",
     "StoreLockedError",
+    "UnavailableError",
 ]
 
 
@@ -44,3 +46,16 @@ class StoreLockedError(MeminiError):
 
 class CorruptionError(MeminiError):
     """The row store itself is damaged."""
+
+
+class UnavailableError(MeminiError):
+    """A server (or an embedding service) cannot be reached, or is shutting down.
+
+    From a `memini.client.RemoteStore` write, it means the outcome is unknown: the write
+    may or may not have been applied (see the class docs for what to do).
+    """
+
+
+class AuthError(MeminiError):
+    """A refused or insufficient credential: unknown or disabled key (HTTP 401), or a
+    namespace or operation outside what the key may touch (HTTP 403)."""

@@ -1,0 +1,549 @@
+"""The wire format of the served Store API, shared by `memini.server` and `memini.client`.
+
+One home for the schema: the annotations of `memini.Store`'s methods and of the dataclasses of
+`memini.types` *are* the schema of every endpoint. ``POST /v1/<method>`` takes a JSON object
+of the method's arguments by name and answers its return value; `METHODS` reads both from
+`Store` with ``typing.get_type_hints``, so a new `Store` method is served (and its client
+method typed) with no change here.
+
+JSON shapes: a dataclass is an object of its fields (an unknown field is refused); a datetime
+an ISO 8601 string (naive = UTC, as everywhere; the server answers aware UTC with
+microseconds); an enum its string value; a vector a list of floats (float32 values are exact
+in a JSON double, so embeddings round-trip bit for bit); metadata plain JSON.
+
+Values JSON cannot carry are sent by the client as *markers*, one-key objects whose key starts
+with ``$memini:``, so that the server's `Store` sees (and refuses with its own message) the same
+value a local call would: a non-finite float (``{"$memini:float": "nan"}``), a str with a lone
+surrogate (``{"$memini:str": "<json text>"}``), a set (``{"$memini:set": [...]}``), and any
+other object as a stand-in of the same type name (``{"$memini:object": "bytes"}``), which
+every check refuses by its type. The server never parses anything but JSON: raw NaN, inf or
+a malformed body are refused before any store call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import json
+import math
+import numbers
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from types import NoneType, UnionType
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from memini.errors import (
+    AuthError,
+    ConflictError,
+    CorruptionError,
+    DimensionMismatchError,
+    InvalidArgumentError,
+    MeminiError,
+    NotFoundError,
+    StoreClosedError,
+    StoreLockedError,
+    UnavailableError,
+)
+from memini.store import Store
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson ships with memini[server]
+    orjson = None  # type: ignore[assignment]
+
+__all__ = [
+    "ERRORS",
+    "METHODS",
+    "STATUS",
+    "Method",
+    "decode",
+    "dumps",
+    "encode",
+    "error_body",
+    "loads",
+]
+
+_MARK: Final = "$memini:"
+
+# --------------------------------------------------------------------------------------------
+# bytes <-> JSON values
+# --------------------------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def dumps(value: Any) -> bytes:
+    """JSON bytes of ``value`` (plain JSON data, dataclasses, datetimes, enums, numpy)."""
+    if orjson is not None:
+        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+    return json.dumps(value, default=_plain, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _plain(value: Any) -> Any:
+    """The stdlib json fallback of what orjson serialises natively."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def loads(data: bytes) -> Any:
+    """Parse JSON bytes; NaN, Infinity and malformed text raise ``ValueError``."""
+    if orjson is not None:
+        return orjson.loads(data)
+    return json.loads(data, parse_constant=_reject_constant)
+
+
+# --------------------------------------------------------------------------------------------
+# Python values -> JSON values (the client's side of a call), guided by the annotation
+# --------------------------------------------------------------------------------------------
+
+_Enc = Callable[[Any], Any]
+_Dec = Callable[[Any, str], Any]
+
+
+def _is_vector(hint: object) -> bool:
+    return hint is npt.ArrayLike or hint == (np.ndarray[Any, Any] | Sequence[float])
+
+
+def _options(hint: object) -> tuple[list[object], bool]:
+    """The members of a union (without None) and whether None is one of them."""
+    if typing.get_origin(hint) in (typing.Union, UnionType):
+        args = typing.get_args(hint)
+        return [a for a in args if a is not NoneType], NoneType in args
+    return [hint], False
+
+
+def _marker(kind: str, value: Any) -> dict[str, Any]:
+    return {_MARK + kind: value}
+
+
+def _any(value: Any) -> Any:
+    """Any Python value as JSON, with markers for what JSON cannot hold."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _marker("float", repr(value))
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: _any(v) for k, v in value.items()}
+        return _marker("object", type(value).__name__)
+    if isinstance(value, list | tuple):
+        return [_any(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return _marker("set", [_any(v) for v in value])
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
+        return _array(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer | np.floating):
+        return _any(value.item())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _any(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return _marker("object", type(value).__name__)
+
+
+def _text(s: str) -> Any:
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return _marker("str", json.dumps(s))
+    return s
+
+
+def _array(a: npt.NDArray[Any]) -> Any:
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        return [_any(v) for v in a.tolist()]
+    return a.tolist()
+
+
+@cache
+def _encoder(hint: object) -> _Enc:
+    """The encoder of a value annotated ``hint``: checks what it can (dataclasses by class,
+    datetimes) so the server's `Store` refuses exactly what the local one would."""
+    opts, _ = _options(hint)
+    dcs = [o for o in opts if isinstance(o, type) and dataclasses.is_dataclass(o)]
+    if dcs:
+        fields = {cls: _field_encoders(cls) for cls in dcs}
+
+        def enc_dc(v: Any) -> Any:
+            if v is None:
+                return None
+            f = fields.get(type(v))
+            if f is None:
+                return _marker("object", type(v).__name__)
+            return {name: e(getattr(v, name)) for name, e in f}
+
+        return enc_dc
+    if datetime in opts:
+        return lambda v: v.isoformat() if isinstance(v, datetime) else _any_not_text(v)
+    return _any
+
+
+def _any_not_text(v: Any) -> Any:
+    """A non-datetime where a datetime belongs: never a str (it would parse as one)."""
+    return None if v is None else _marker("object", type(v).__name__)
+
+
+def _field_encoders(cls: type) -> list[tuple[str, _Enc]]:
+    hints = typing.get_type_hints(cls)
+    return [(f.name, _encoder(hints[f.name])) for f in dataclasses.fields(cls)]
+
+
+def encode(value: Any, hint: object) -> Any:
+    """``value`` as JSON data for a slot annotated ``hint`` (see the module docs)."""
+    return _encoder(hint)(value)
+
+
+# --------------------------------------------------------------------------------------------
+# JSON values -> Python values (the server's arguments, the client's results)
+# --------------------------------------------------------------------------------------------
+
+
+class _Stand:
+    """Base of the stand-ins for values JSON cannot carry (named after their type)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} sent by a remote client>"
+
+
+@cache
+def _stand_in(name: str) -> type:
+    return type(name, (_Stand,), {})
+
+
+def _unmark(value: dict[str, Any], path: str) -> Any:
+    """A marker's Python value, or the dict itself when it is none."""
+    if len(value) != 1:
+        return value
+    ((key, v),) = value.items()
+    if not isinstance(key, str) or not key.startswith(_MARK):
+        return value
+    kind = key[len(_MARK) :]
+    if kind == "float" and v in ("nan", "inf", "-inf"):
+        return float(v)
+    if kind == "str" and isinstance(v, str):
+        try:
+            s = json.loads(v)
+        except ValueError:
+            s = None
+        if isinstance(s, str):
+            return s
+    if kind == "set" and isinstance(v, list):
+        return {_plain_any(x, path) for x in v if not isinstance(x, list | dict)}
+    if kind == "object" and isinstance(v, str) and v.isidentifier():
+        return _stand_in(v)()
+    raise InvalidArgumentError(f"{path} holds a malformed {key!r} value")
+
+
+def _plain_any(value: Any, path: str) -> Any:
+    """JSON data with markers resolved (metadata, event detail, untyped values)."""
+    if isinstance(value, dict):
+        got = _unmark(value, path)
+        if got is not value:
+            return got
+        return {k: _plain_any(v, f"{path}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_any(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _dt(value: Any, path: str) -> Any:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{path} must be an ISO 8601 datetime such as '2026-01-31T12:00:00+00:00', "
+                f"got {value[:40]!r}"
+            ) from None
+    return _plain_any(value, path)
+
+
+def _vector(value: Any, path: str) -> Any:
+    """A vector (or a batch of them): numbers and lists pass as they are, the store
+    converts and checks them; markers (a non-finite value) are resolved."""
+    if isinstance(value, list):
+        if all(type(x) is float or type(x) is int for x in value):
+            return value
+        return [_vector(x, f"{path}[{i}]") for i, x in enumerate(value)]
+    return _plain_any(value, path)
+
+
+@cache
+def _decoder(hint: object) -> _Dec:
+    """The decoder of a JSON value bound for a slot annotated ``hint``.
+
+    It builds what JSON cannot say by itself (dataclasses, datetimes, enum members of a
+    return value, float32 arrays of `get_embedding`) and leaves every other value as it is,
+    for the `Store` to check with its own messages.
+    """
+    if hint is Any or hint is object:
+        return _plain_any
+    if _is_vector(hint):
+        return _vector
+    opts, _ = _options(hint)
+    if len(opts) > 1:
+        dcs = [o for o in opts if isinstance(o, type) and dataclasses.is_dataclass(o)]
+        arrays = [o for o in opts if typing.get_origin(o) is np.ndarray]
+        if dcs:
+            return _decoder(dcs[0])
+        if datetime in opts:
+            return _dt
+        if arrays:
+            return _decoder(arrays[0])
+        return _plain_any  # e.g. Tier | str: the store coerces
+    (h,) = opts
+    origin = typing.get_origin(h)
+    if h is datetime:
+        return _dt
+    if origin is np.ndarray or h is np.ndarray:
+        return lambda v, p: np.asarray(v, dtype=np.float32) if isinstance(v, list) else v
+    if isinstance(h, type) and issubclass(h, enum.Enum):
+        enum_cls = h
+        return lambda v, p: enum_cls(v) if isinstance(v, str) else _plain_any(v, p)
+    if isinstance(h, type) and dataclasses.is_dataclass(h):
+        return _dataclass_decoder(h)
+    if origin in (list, Sequence, Iterable, tuple) or h is list:
+        args = typing.get_args(h)
+        item = _decoder(args[0]) if args else _plain_any
+
+        def dec_list(v: Any, p: str) -> Any:
+            if isinstance(v, list):
+                return [item(x, f"{p}[{i}]") for i, x in enumerate(v)]
+            return _plain_any(v, p)
+
+        return dec_list
+    return _plain_any
+
+
+def _dataclass_decoder(cls: type) -> _Dec:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: _decoder(hints[f.name]) for f in dataclasses.fields(cls)}
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    name = cls.__name__
+
+    def dec(v: Any, p: str) -> Any:
+        if not isinstance(v, dict):
+            return _plain_any(v, p)
+        got = _unmark(v, p)
+        if got is not v:
+            return got
+        unknown = [k for k in v if k not in fields]
+        if unknown:
+            raise InvalidArgumentError(
+                f"{p} has an unknown field {unknown[0]!r} for a {name} "
+                f"(fields: {', '.join(fields)})"
+            )
+        missing = [k for k in required if k not in v]
+        if missing:
+            raise InvalidArgumentError(f"{p} lacks the required field {missing[0]!r} of a {name}")
+        return cls(**{k: fields[k](x, f"{p}.{k}") for k, x in v.items()})
+
+    return dec
+
+
+def decode(value: Any, hint: object, path: str) -> Any:
+    """The Python value of JSON data for a slot annotated ``hint`` (see `_decoder`).
+
+    Raises:
+        InvalidArgumentError: An unknown or missing dataclass field, a malformed datetime
+            string or marker; the message names ``path``.
+    """
+    return _decoder(hint)(value, path)
+
+
+# --------------------------------------------------------------------------------------------
+# The methods
+# --------------------------------------------------------------------------------------------
+
+# Calls that change nothing: a client may repeat them after a lost answer.
+_READS: Final = frozenset(
+    {
+        "ping",
+        "stats",
+        "get",
+        "get_embedding",
+        "ids_by_prefix",
+        "predecessor_ids",
+        "get_by_fingerprint",
+        "list_expired",
+        "list",
+        "count",
+        "list_namespaces",
+        "namespace_activity",
+        "embed_model",
+        "vector_search",
+        "vector_search_many",
+        "keyword_search",
+        "list_links",
+        "list_all_links",
+        "authenticate",
+        "list_api_keys",
+        "get_api_key_by_hash",
+        "list_events",
+    }
+)
+# Store methods not served: the lifecycle belongs to the server process.
+_NOT_SERVED: Final = frozenset({"open", "close"})
+
+
+@dataclass(frozen=True)
+class Method:
+    """One served `Store` method: its parameters (without ``self``) and return annotation."""
+
+    name: str
+    signature: inspect.Signature
+    params: dict[str, object]
+    returns: object
+    read_only: bool
+    var_keyword: str | None
+
+    def decode_args(self, body: Any) -> dict[str, Any]:
+        """The keyword arguments of a call from its JSON body.
+
+        Raises:
+            InvalidArgumentError: Not an object, an unknown or missing argument, or a value
+                the decoders refuse.
+        """
+        if not isinstance(body, dict):
+            raise InvalidArgumentError(
+                f"the body of {self.name} must be a JSON object of its arguments by name"
+            )
+        out: dict[str, Any] = {}
+        for key, value in body.items():
+            hint = self.params.get(key)
+            if hint is None:
+                raise InvalidArgumentError(
+                    f"{self.name}() got an unknown argument {key!r} "
+                    f"(arguments: {', '.join(self.params) or 'none'})"
+                )
+            if key == self.var_keyword:
+                if not isinstance(value, dict):
+                    raise InvalidArgumentError(f"{key} must be an object of field values")
+                memory_hints = _memory_hints()
+                out[key] = {
+                    k: decode(v, memory_hints.get(k, Any), k) for k, v in value.items()
+                }
+            else:
+                out[key] = decode(value, hint, key)
+        for name, p in self.signature.parameters.items():
+            if (
+                p.default is inspect.Parameter.empty
+                and p.kind is not inspect.Parameter.VAR_KEYWORD
+                and name not in out
+            ):
+                raise InvalidArgumentError(f"{self.name}() lacks the argument {name!r}")
+        return out
+
+    def call(self, store: Any, args: Mapping[str, Any]) -> Any:
+        """Call the method on ``store`` with decoded arguments."""
+        kwargs = dict(args)
+        extra = kwargs.pop(self.var_keyword, {}) if self.var_keyword else {}
+        return getattr(store, self.name)(**kwargs, **extra)
+
+    def encode_args(self, bound: Mapping[str, Any]) -> dict[str, Any]:
+        """The JSON body of a call from its bound arguments (the client's side)."""
+        body: dict[str, Any] = {}
+        for key, value in bound.items():
+            if key == self.var_keyword:
+                memory_hints = _memory_hints()
+                body[key] = {k: encode(v, memory_hints.get(k, Any)) for k, v in value.items()}
+            else:
+                body[key] = encode(value, self.params[key])
+        return body
+
+
+@cache
+def _memory_hints() -> dict[str, object]:
+    from memini.types import Memory
+
+    return typing.get_type_hints(Memory)
+
+
+def _method(name: str, fn: Callable[..., Any]) -> Method:
+    hints = typing.get_type_hints(fn)
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())[1:]  # without self
+    var_kw = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    return Method(
+        name=name,
+        signature=sig.replace(parameters=params),
+        params={p.name: hints.get(p.name, Any) for p in params},
+        returns=hints.get("return", Any),
+        read_only=name in _READS,
+        var_keyword=var_kw,
+    )
+
+
+METHODS: Final[dict[str, Method]] = {
+    name: _method(name, fn)
+    for name, fn in inspect.getmembers(Store, inspect.isfunction)
+    if not name.startswith("_") and name not in _NOT_SERVED
+}
+"""Every served `Store` method by name: ``POST /v1/<name>``."""
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+STATUS: Final[dict[type[MeminiError], int]] = {
+    DimensionMismatchError: 422,
+    InvalidArgumentError: 400,
+    AuthError: 403,
+    NotFoundError: 404,
+    ConflictError: 409,
+    StoreLockedError: 409,
+    StoreClosedError: 503,
+    UnavailableError: 503,
+    CorruptionError: 500,
+}
+"""HTTP status per error class (the most specific class listed wins; 500 otherwise)."""
+
+ERRORS: Final[dict[str, type[MeminiError]]] = {
+    cls.__name__: cls for cls in (MeminiError, *STATUS)
+}
+"""Error classes by name, to raise in the client what the server raised."""
+
+
+def status_of(exc: MeminiError) -> int:
+    """The HTTP status of a `MeminiError`."""
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]  # type: ignore[index]
+    return 500
+
+
+def error_body(type_name: str, message: str) -> bytes:
+    """The JSON body of an error answer: ``{"error": {"type": ..., "message": ...}}``."""
+    return dumps({"error": {"type": type_name, "message": message}})
+
+
+def is_number(value: object) -> bool:
+    """Whether ``value`` is a real number (bool excluded)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -1,0 +1,424 @@
+"""`RemoteStore` and `AsyncRemoteStore`: the `Store` API of a store served by ``memini serve``.
+
+Every method of `Store` (API.md sections 4-6) is here with the same signature, return type
+and exceptions: the method's annotations are the wire schema (`memini._wire`), so the client
+and the server cannot drift apart. One HTTP/1.1 connection pool (httpx, keep-alive) per
+client, safe to share between threads (`RemoteStore`) or tasks (`AsyncRemoteStore`).
+
+Failures and what to do about them:
+
+* A `MeminiError` raised by the server's store is raised here as the same class with the
+  same message (``NotFoundError`` is ``NotFoundError``); a refused credential is an
+  `AuthError` (401: unknown or disabled key; 403: a namespace or operation the key may not
+  touch).
+* The server cannot be reached, or answers 503 while it shuts down: `UnavailableError`.
+  Calls that change nothing (searches, ``get``, ``list``, ...) are retried with backoff for
+  up to ``retry_for`` seconds first, so a client rides through a server restart. A write is
+  retried only when its request provably never reached the server (the connection was
+  refused). **A write that got no answer may or may not have been applied**: the server may
+  have made it durable just before the connection broke. Repeating an ``upsert`` /
+  ``upsert_many`` with the same ids is safe (an upsert of the same row is idempotent); for
+  other writes read the row (``get``) to see whether it took effect before repeating it.
+* A 2xx answer to a write means the write is durable on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from types import TracebackType
+from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
+
+import httpx
+
+from memini import _wire as wire
+from memini.errors import (
+    AuthError,
+    MeminiError,
+    StoreClosedError,
+    UnavailableError,
+)
+from memini.store import Store, _key_fields_are_not_updates
+
+__all__ = ["AsyncRemoteStore", "RemoteStore", "connect"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+_JSON: Final = {"content-type": "application/json"}
+_BACKOFF_FIRST: Final = 0.05
+_BACKOFF_MAX: Final = 1.0
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    if api_key is None:
+        return {}
+    if not isinstance(api_key, str) or not api_key or "\n" in api_key:
+        raise AuthError("api_key must be a non-empty str (the secret, not its hash)")
+    return {"authorization": f"Bearer {api_key}"}
+
+
+def _base_url(url: str) -> str:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise MeminiError(f"url must be an http:// or https:// URL, got {url!r}")
+    return url.rstrip("/")
+
+
+def _answer(method: wire.Method, response: httpx.Response) -> Any:
+    """The result of a call from the server's answer, or the server's error raised."""
+    if response.status_code < 300:
+        return wire.decode(wire.loads(response.content), method.returns, "result")
+    raise _error(response)
+
+
+def _error(response: httpx.Response) -> MeminiError:
+    status = response.status_code
+    try:
+        err = wire.loads(response.content)["error"]
+        type_name, message = str(err["type"]), str(err["message"])
+    except (ValueError, KeyError, TypeError):
+        type_name, message = "", response.text[:200] or response.reason_phrase
+    cls = wire.ERRORS.get(type_name)
+    if cls is None:
+        cls = AuthError if status in (401, 403) else MeminiError
+        if status == 503:
+            cls = UnavailableError
+        message = f"HTTP {status}: {message}"
+    return cls(message)
+
+
+def _unanswered(method: wire.Method, url: str, exc: Exception) -> UnavailableError:
+    what = f"the server at {url} did not answer {method.name}() ({type(exc).__name__}: {exc})"
+    if method.read_only:
+        return UnavailableError(what)
+    return UnavailableError(
+        f"{what}; the write may or may not have been applied: read it back (or repeat an "
+        "upsert with the same ids, which is safe) before retrying"
+    )
+
+
+def _retryable(method: wire.Method, exc: Exception | None, status: int) -> bool:
+    """Whether a failed attempt may be repeated: any read; a write only when its request
+    never left (connection refused) or the server refused it unread (503 while draining)."""
+    if method.read_only:
+        return exc is not None or status == 503
+    return isinstance(exc, httpx.ConnectError) or status == 503
+
+
+class _Base:
+    """What both clients share: the URL, credentials, retry window and closed state."""
+
+    _closed: bool
+
+    def __init__(self, url: str, api_key: str | None, timeout: float, retry_for: float) -> None:
+        self._url = _base_url(url)
+        self._headers = {**_JSON, **_headers(api_key)}
+        self._timeout = timeout
+        self._retry_for = retry_for
+        self._closed = False
+
+    def _check(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the remote store client is closed")
+
+    def _prepare(self, name: str, bound: Mapping[str, Any]) -> tuple[wire.Method, bytes]:
+        self._check()
+        method = wire.METHODS[name]
+        return method, wire.dumps(method.encode_args(bound))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<memini.{type(self).__name__} {self._url} {state}>"
+
+
+def _remote(fn: Callable[Concatenate[Store, _P], _R]) -> Callable[Concatenate[RemoteStore, _P], _R]:
+    """The `RemoteStore` method of a `Store` method: same signature, called over HTTP."""
+    name = fn.__name__
+    sig = wire.METHODS[name].signature
+
+    @functools.wraps(fn)
+    def call(self: RemoteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        result: _R = self._call(name, sig.bind(*args, **kwargs).arguments)
+        return result
+
+    return call
+
+
+def _aremote(
+    fn: Callable[Concatenate[Store, _P], _R],
+) -> Callable[Concatenate[AsyncRemoteStore, _P], Coroutine[Any, Any, _R]]:
+    """The `AsyncRemoteStore` coroutine method of a `Store` method."""
+    name = fn.__name__
+    sig = wire.METHODS[name].signature
+
+    @functools.wraps(fn)
+    async def call(self: AsyncRemoteStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        result: _R = await self._call(name, sig.bind(*args, **kwargs).arguments)
+        return result
+
+    return call
+
+
+class RemoteStore(_Base):
+    """A `Store` served by ``memini serve``, reached over HTTP. Use `memini.connect`.
+
+    Has every method of `Store` but ``open`` (API.md sections 4-6), with the same
+    signatures, results and exceptions; ``close()`` closes this client (never the served
+    store) and is idempotent; usable as a context manager; safe to share between threads.
+    See the module docs for `UnavailableError` and what to do with an unanswered write.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        retry_for: float = 10.0,
+    ) -> None:
+        """Internal: use `memini.connect`."""
+        super().__init__(url, api_key, timeout, retry_for)
+        self._http = httpx.Client(
+            base_url=self._url,
+            timeout=timeout,
+            headers=self._headers,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+        )
+
+    def _call(self, name: str, bound: Mapping[str, Any]) -> Any:
+        method, body = self._prepare(name, bound)
+        deadline = time.monotonic() + self._retry_for
+        pause = _BACKOFF_FIRST
+        while True:
+            exc: Exception | None = None
+            try:
+                response = self._http.post(f"/v1/{name}", content=body)
+            except httpx.TransportError as e:
+                exc, status = e, 0
+            except RuntimeError as e:  # the client was closed from another thread
+                self._check()
+                raise UnavailableError(str(e)) from e
+            else:
+                status = response.status_code
+                if status != 503:
+                    return _answer(method, response)
+            if not _retryable(method, exc, status) or time.monotonic() + pause > deadline:
+                if exc is None:
+                    raise _error(response)
+                raise _unanswered(method, self._url, exc) from exc
+            time.sleep(pause)
+            pause = min(pause * 2, _BACKOFF_MAX)
+
+    def close(self) -> None:
+        """Close this client's connections (the served store stays open). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        self._check()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    stats = _remote(Store.stats)
+    compact = _remote(Store.compact)
+    backup = _remote(Store.backup)
+    acknowledge_meta_db_loss = _remote(Store.acknowledge_meta_db_loss)
+    ping = _remote(Store.ping)
+    upsert = _remote(Store.upsert)
+    upsert_many = _remote(Store.upsert_many)
+    update = _key_fields_are_not_updates(_remote(Store.update))
+    delete = _remote(Store.delete)
+    set_superseded = _remote(Store.set_superseded)
+    restore = _remote(Store.restore)
+    reinforce = _remote(Store.reinforce)
+    delete_if_expired_before = _remote(Store.delete_if_expired_before)
+    sweep_expired = _remote(Store.sweep_expired)
+    delete_namespace = _remote(Store.delete_namespace)
+    reassign = _remote(Store.reassign)
+    retier = _remote(Store.retier)
+    set_confidence = _remote(Store.set_confidence)
+    mark_contradicted = _remote(Store.mark_contradicted)
+    set_embed_model = _remote(Store.set_embed_model)
+    get = _remote(Store.get)
+    get_embedding = _remote(Store.get_embedding)
+    ids_by_prefix = _remote(Store.ids_by_prefix)
+    predecessor_ids = _remote(Store.predecessor_ids)
+    get_by_fingerprint = _remote(Store.get_by_fingerprint)
+    list_expired = _remote(Store.list_expired)
+    list = _remote(Store.list)
+    count = _remote(Store.count)
+    list_namespaces = _remote(Store.list_namespaces)
+    namespace_activity = _remote(Store.namespace_activity)
+    embed_model = _remote(Store.embed_model)
+    refresh_active_counts = _remote(Store.refresh_active_counts)
+    vector_search = _remote(Store.vector_search)
+    vector_search_many = _remote(Store.vector_search_many)
+    keyword_search = _remote(Store.keyword_search)
+    put_link = _remote(Store.put_link)
+    delete_link = _remote(Store.delete_link)
+    list_links = _remote(Store.list_links)
+    list_all_links = _remote(Store.list_all_links)
+    rename_link_endpoints = _remote(Store.rename_link_endpoints)
+    put_api_key = _remote(Store.put_api_key)
+    authenticate = _remote(Store.authenticate)
+    delete_api_key = _remote(Store.delete_api_key)
+    list_api_keys = _remote(Store.list_api_keys)
+    get_api_key_by_hash = _remote(Store.get_api_key_by_hash)
+    rename_api_key_namespaces = _remote(Store.rename_api_key_namespaces)
+    append_events = _remote(Store.append_events)
+    list_events = _remote(Store.list_events)
+    prune_events = _remote(Store.prune_events)
+
+
+class AsyncRemoteStore(_Base):
+    """`RemoteStore` for asyncio: every method is a coroutine. Use `memini.aio.connect`.
+
+    ``await close()`` (or ``async with``) closes this client; safe to share between tasks.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        retry_for: float = 10.0,
+    ) -> None:
+        """Internal: use `memini.aio.connect`."""
+        super().__init__(url, api_key, timeout, retry_for)
+        self._http = httpx.AsyncClient(
+            base_url=self._url,
+            timeout=timeout,
+            headers=self._headers,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+        )
+
+    async def _call(self, name: str, bound: Mapping[str, Any]) -> Any:
+        method, body = self._prepare(name, bound)
+        deadline = time.monotonic() + self._retry_for
+        pause = _BACKOFF_FIRST
+        while True:
+            exc: Exception | None = None
+            try:
+                response = await self._http.post(f"/v1/{name}", content=body)
+            except httpx.TransportError as e:
+                exc, status = e, 0
+            except RuntimeError as e:
+                self._check()
+                raise UnavailableError(str(e)) from e
+            else:
+                status = response.status_code
+                if status != 503:
+                    return _answer(method, response)
+            if not _retryable(method, exc, status) or time.monotonic() + pause > deadline:
+                if exc is None:
+                    raise _error(response)
+                raise _unanswered(method, self._url, exc) from exc
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _BACKOFF_MAX)
+
+    async def close(self) -> None:
+        """Close this client's connections (the served store stays open). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        self._check()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    stats = _aremote(Store.stats)
+    compact = _aremote(Store.compact)
+    backup = _aremote(Store.backup)
+    acknowledge_meta_db_loss = _aremote(Store.acknowledge_meta_db_loss)
+    ping = _aremote(Store.ping)
+    upsert = _aremote(Store.upsert)
+    upsert_many = _aremote(Store.upsert_many)
+    update = _key_fields_are_not_updates(_aremote(Store.update))
+    delete = _aremote(Store.delete)
+    set_superseded = _aremote(Store.set_superseded)
+    restore = _aremote(Store.restore)
+    reinforce = _aremote(Store.reinforce)
+    delete_if_expired_before = _aremote(Store.delete_if_expired_before)
+    sweep_expired = _aremote(Store.sweep_expired)
+    delete_namespace = _aremote(Store.delete_namespace)
+    reassign = _aremote(Store.reassign)
+    retier = _aremote(Store.retier)
+    set_confidence = _aremote(Store.set_confidence)
+    mark_contradicted = _aremote(Store.mark_contradicted)
+    set_embed_model = _aremote(Store.set_embed_model)
+    get = _aremote(Store.get)
+    get_embedding = _aremote(Store.get_embedding)
+    ids_by_prefix = _aremote(Store.ids_by_prefix)
+    predecessor_ids = _aremote(Store.predecessor_ids)
+    get_by_fingerprint = _aremote(Store.get_by_fingerprint)
+    list_expired = _aremote(Store.list_expired)
+    list = _aremote(Store.list)
+    count = _aremote(Store.count)
+    list_namespaces = _aremote(Store.list_namespaces)
+    namespace_activity = _aremote(Store.namespace_activity)
+    embed_model = _aremote(Store.embed_model)
+    refresh_active_counts = _aremote(Store.refresh_active_counts)
+    vector_search = _aremote(Store.vector_search)
+    vector_search_many = _aremote(Store.vector_search_many)
+    keyword_search = _aremote(Store.keyword_search)
+    put_link = _aremote(Store.put_link)
+    delete_link = _aremote(Store.delete_link)
+    list_links = _aremote(Store.list_links)
+    list_all_links = _aremote(Store.list_all_links)
+    rename_link_endpoints = _aremote(Store.rename_link_endpoints)
+    put_api_key = _aremote(Store.put_api_key)
+    authenticate = _aremote(Store.authenticate)
+    delete_api_key = _aremote(Store.delete_api_key)
+    list_api_keys = _aremote(Store.list_api_keys)
+    get_api_key_by_hash = _aremote(Store.get_api_key_by_hash)
+    rename_api_key_namespaces = _aremote(Store.rename_api_key_namespaces)
+    append_events = _aremote(Store.append_events)
+    list_events = _aremote(Store.list_events)
+    prune_events = _aremote(Store.prune_events)
+
+
+def connect(
+    url: str, *, api_key: str | None = None, timeout: float = 30.0, retry_for: float = 10.0
+) -> RemoteStore:
+    """Connect to a store served by ``memini serve`` (API.md section 8).
+
+    Nothing is sent until the first call (``ping()`` checks the server and the key).
+
+    Args:
+        url: The server's base URL, e.g. ``"http://127.0.0.1:8420"``.
+        api_key: The admin secret or an API key's secret, sent as ``Authorization: Bearer``;
+            None for a server open on loopback.
+        timeout: Seconds to wait for connecting and for each answer.
+        retry_for: Seconds during which calls that change nothing are retried while the
+            server cannot be reached (a restart); 0 = never retry.
+
+    Returns:
+        A `RemoteStore`; close it (or use ``with``) to release its connections.
+    """
+    return RemoteStore(url, api_key=api_key, timeout=timeout, retry_for=retry_for)
+
+
+def aconnect(
+    url: str, *, api_key: str | None = None, timeout: float = 30.0, retry_for: float = 10.0
+) -> AsyncRemoteStore:
+    """`connect` for asyncio (``memini.aio.connect``): an `AsyncRemoteStore`."""
+    return AsyncRemoteStore(url, api_key=api_key, timeout=timeout, retry_for=retry_for)

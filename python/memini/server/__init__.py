@@ -1,0 +1,242 @@
+"""``memini serve``: one process owns a store and serves it to a fleet (API.md section 8).
+
+REST/JSON under ``/v1`` (one ``POST /v1/<method>`` per `Store` method, arguments by name),
+``/openapi.json``, ``/healthz``, ``/readyz``, ``/metrics`` and MCP (streamable HTTP) at
+``/mcp``; `memini.client.RemoteStore` is the client. Needs the ``memini[server]`` extra
+(Starlette, uvicorn, orjson, mcp); ``import memini`` never imports this package.
+
+The stack, chosen by measurement (README, "Serving"): Starlette on uvicorn (uvloop +
+httptools), bodies with orjson. SIGTERM/SIGINT stop accepting, answer 503 to new calls on
+open connections, finish those in flight, write the queued event rows and close the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import types
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from memini.errors import InvalidArgumentError
+from memini.metrics import PrometheusMetrics
+from memini.server._app import create_app
+from memini.server._auth import Gate, is_loopback
+from memini.server._events import EventRecorder
+from memini.server._service import Service
+from memini.store import Store
+
+__all__ = ["ADMIN_KEY_ENV", "Server", "ServerOptions", "create_app"]
+
+ADMIN_KEY_ENV = "MEMINI_ADMIN_KEY"
+"""The environment variable holding the admin secret."""
+
+_LOG = logging.getLogger("memini.server")
+
+
+@dataclass
+class ServerOptions:
+    """How a `Server` serves (every ``memini serve`` option but the store's own).
+
+    Attributes:
+        host: Address to bind; open access (no credential) only on loopback.
+        port: TCP port (0 = any free one, see `Server.port`).
+        admin_key: The admin secret; None reads ``MEMINI_ADMIN_KEY`` (unset or empty = none).
+        max_body: Largest request body in bytes (413 above).
+        body_timeout: Seconds a request body may take to arrive (408 after).
+        events: Log every served recall, search and write in the store's event log.
+        event_retention: Prune event rows older than this (None = keep by age).
+        event_keep_max: Keep at most this many event rows (0 = no cap).
+        mcp: Serve MCP at ``/mcp``.
+        mcp_namespace: Namespace of MCP tools for the admin / open access (an API key uses
+            its own ``default_ns`` or ``home_ns``).
+        drain_timeout: Seconds SIGTERM waits for calls in flight.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8420
+    admin_key: str | None = None
+    max_body: int = 64 << 20
+    body_timeout: float = 30.0
+    events: bool = True
+    event_retention: timedelta | None = timedelta(days=30)
+    event_keep_max: int = 0
+    mcp: bool = True
+    mcp_namespace: str = "default"
+    drain_timeout: float = 30.0
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, with the service set draining the moment a stop signal arrives (new calls
+    on open connections get 503 while the listener closes)."""
+
+    service: Service
+
+    def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
+        self.service.draining = True
+        super().handle_exit(sig, frame)
+
+
+class Server:
+    """A store served over HTTP. Owns the store from here on (closes it on stop).
+
+    Args:
+        store: The open store; opened with ``metrics=PrometheusMetrics(registry)`` its
+            counters appear at ``/metrics``.
+        options: How to serve.
+        registry: The registry ``/metrics`` exports (the store's metrics and the HTTP ones).
+
+    Raises:
+        InvalidArgumentError: A non-loopback address with no admin secret and no API key
+            stored (every request would be refused).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        options: ServerOptions | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.options = opts = options or ServerOptions()
+        admin = opts.admin_key if opts.admin_key is not None else os.environ.get(ADMIN_KEY_ENV)
+        loopback = is_loopback(opts.host)
+        gate = Gate(store, admin or None, loopback)
+        if not admin and not loopback and not gate.open and not store.list_api_keys():
+            raise InvalidArgumentError(
+                f"serving on {opts.host} with no admin secret and no API key would refuse "
+                f"every request: set {ADMIN_KEY_ENV}, or bind 127.0.0.1"
+            )
+        if gate.open:
+            _LOG.warning(
+                "no %s and no API key stored: serving WITHOUT authentication on loopback %s",
+                ADMIN_KEY_ENV,
+                opts.host,
+            )
+        recorder = (
+            EventRecorder(store, retention=opts.event_retention, keep_max=opts.event_keep_max)
+            if opts.events
+            else None
+        )
+        self.service = Service(store, gate, recorder)
+        mcp = None
+        if opts.mcp:
+            from memini.server._mcp import McpEndpoint
+
+            mcp = McpEndpoint(self.service, opts.mcp_namespace, host=opts.host)
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.app = create_app(
+            self.service,
+            max_body=opts.max_body,
+            body_timeout=opts.body_timeout,
+            registry=self.registry,
+            mcp=mcp,
+            version=_version(),
+        )
+        self._sock: socket.socket | None = None
+        self._uvicorn: _Uvicorn | None = None
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None,
+        *,
+        dims: int | None = None,
+        metric: Any = None,
+        options: ServerOptions | None = None,
+        **open_options: Any,
+    ) -> Server:
+        """Open the store at ``path`` with Prometheus metrics and wrap it in a `Server`."""
+        registry = CollectorRegistry()
+        store = Store.open(
+            path, dims=dims, metric=metric, metrics=PrometheusMetrics(registry), **open_options
+        )
+        try:
+            return cls(store, options, registry)
+        except BaseException:
+            store.close()
+            raise
+
+    def bind(self) -> socket.socket:
+        """Bind the listening socket now (``port=0`` picks a free port, see `port`)."""
+        if self._sock is None:
+            family = socket.AF_INET6 if ":" in self.options.host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.options.host, self.options.port))
+            sock.listen(2048)
+            sock.set_inheritable(True)
+            self._sock = sock
+        return self._sock
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return int(self.bind().getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        """The base URL clients connect to."""
+        host = self.options.host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.port}"
+
+    def _config(self) -> _Uvicorn:
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=int(self.options.drain_timeout),
+            timeout_keep_alive=30,
+        )
+        server = _Uvicorn(config)
+        server.service = self.service
+        self._uvicorn = server
+        return server
+
+    def run(self) -> None:
+        """Serve until SIGTERM/SIGINT (in the main thread), then drain and close the store."""
+        sock = self.bind()
+        _LOG.info("memini serving %s", self.url)
+        self._config().run(sockets=[sock])
+
+    def start(self) -> str:
+        """Serve from a background thread (tests, notebooks); return the URL. `stop` ends it."""
+        sock = self.bind()
+        server = self._config()
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="memini-server", daemon=True
+        )
+        self._thread.start()
+        while not server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the server thread stopped while starting (see the log)")
+            threading.Event().wait(0.005)
+        return self.url
+
+    def stop(self) -> None:
+        """Stop a `start`-ed server as SIGTERM would: drain, close the store. Idempotent."""
+        if self._uvicorn is not None and self._thread is not None:
+            self._uvicorn.handle_exit(signal.SIGTERM, None)
+            self._thread.join()
+            self._thread = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("memini")
+    except Exception:  # an uninstalled checkout
+        return "0"

@@ -1,0 +1,211 @@
+"""The ASGI app: REST under ``/v1``, OpenAPI, health, Prometheus metrics, MCP at ``/mcp``.
+
+Thin, as STYLE.md asks: decode and validate the body (`memini._wire`, the schema shared with
+the client), hand the call to `Service.invoke` in a worker thread, encode the answer. One
+handler maps `MeminiError` subclasses to status codes (`memini._wire.STATUS`). Bad input
+never reaches the store: a body over ``max_body`` bytes is refused with 413 as it streams
+in, one that does not arrive within ``body_timeout`` seconds with 408, malformed JSON
+(NaN and Infinity included), unknown arguments or fields and malformed datetimes with 400.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import anyio
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from memini import _wire as wire
+from memini.errors import InvalidArgumentError, MeminiError
+from memini.server._auth import Principal, Unauthenticated
+from memini.server._openapi import openapi
+from memini.server._service import Service
+
+__all__ = ["create_app"]
+
+_LOG = logging.getLogger("memini.server")
+_JSON: Final = "application/json"
+
+
+class _BodyError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(status: int, type_name: str, message: str) -> Response:
+    return Response(wire.error_body(type_name, message), status, media_type=_JSON)
+
+
+def _meminierror(exc: MeminiError) -> Response:
+    if isinstance(exc, Unauthenticated):
+        return _error(401, "AuthError", str(exc))
+    cls = type(exc)
+    name = cls.__name__ if cls.__name__ in wire.ERRORS else "MeminiError"
+    return _error(wire.status_of(exc), name, str(exc))
+
+
+async def _body(request: Request, limit: int, timeout: float) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _BodyError(413, f"the body has {declared} bytes, more than the limit {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with anyio.fail_after(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _BodyError(413, f"the body is larger than the limit of {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise _BodyError(408, f"the body did not arrive within {timeout} s") from None
+    return b"".join(chunks)
+
+
+class _McpRoute:
+    """``/mcp``: the caller authenticated like any request, then handed to the MCP
+    transport with its `Principal` in the request state (the tools read it there)."""
+
+    def __init__(self, service: Service, mcp: Any) -> None:
+        self._service = service
+        self._mcp = mcp
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            principal: Principal = self._service.gate.principal(
+                request.headers.get("authorization")
+            )
+        except MeminiError as e:
+            await _meminierror(e)(scope, receive, send)
+            return
+        if self._service.draining:
+            await _error(503, "UnavailableError", "the server is shutting down")(
+                scope, receive, send
+            )
+            return
+        scope.setdefault("state", {})["memini_principal"] = principal
+        await self._mcp.handle(scope, receive, send)
+
+
+def create_app(
+    service: Service,
+    *,
+    max_body: int = 64 << 20,
+    body_timeout: float = 30.0,
+    registry: CollectorRegistry | None = None,
+    mcp: Any = None,
+    version: str = "",
+) -> Starlette:
+    """The ASGI app serving ``service``.
+
+    Args:
+        service: The store with its gate and event recorder; closed when the app shuts down.
+        max_body: Largest accepted request body in bytes (413 above).
+        body_timeout: Seconds a request body may take to arrive (408 after).
+        registry: Prometheus registry for ``/metrics`` (the store's metrics should report
+            into it); None = a new one with the HTTP metrics only.
+        mcp: A `memini.server._mcp.McpEndpoint` to serve at ``/mcp``, or None.
+        version: The package version, for the OpenAPI document.
+    """
+    reg = registry if registry is not None else CollectorRegistry()
+    requests = Counter(
+        "memini_http_requests", "HTTP requests served", ["method", "status"], registry=reg
+    )
+    latency = Histogram(
+        "memini_http_request_seconds",
+        "HTTP request latency by method",
+        ["method"],
+        registry=reg,
+        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+    )
+    doc: dict[str, Any] = {}
+
+    async def call(request: Request) -> Response:
+        t0 = time.perf_counter()
+        name = request.path_params["method"]
+        method = wire.METHODS.get(name)
+        label = name if method is not None else "unknown"
+        response = await _serve(request, method, name)
+        requests.labels(label, str(response.status_code)).inc()
+        latency.labels(label).observe(time.perf_counter() - t0)
+        return response
+
+    async def _serve(request: Request, method: wire.Method | None, name: str) -> Response:
+        if method is None:
+            return _error(404, "NotFoundError", f"no method {name!r} (see /openapi.json)")
+        if service.draining:
+            return _error(503, "UnavailableError", "the server is shutting down")
+        try:
+            principal = service.gate.principal(request.headers.get("authorization"))
+            raw = await _body(request, max_body, body_timeout)
+            try:
+                data = wire.loads(raw) if raw else {}
+            except ValueError as e:
+                raise InvalidArgumentError(f"the body is not valid JSON: {e}") from None
+            args = method.decode_args(data)
+            result = await run_in_threadpool(service.invoke, principal, method, args)
+            return Response(wire.dumps(result), media_type=_JSON)
+        except MeminiError as e:
+            return _meminierror(e)
+        except _BodyError as e:
+            return _error(e.status, "InvalidArgumentError", str(e))
+        except Exception:
+            _LOG.exception("%s() failed inside the server", name)
+            return _error(500, "MeminiError", f"{name}() failed inside the server (logged)")
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        if service.draining:
+            return JSONResponse({"status": "draining"}, 503)
+        try:
+            await run_in_threadpool(service.store.ping)
+        except MeminiError as e:
+            return JSONResponse({"status": "unavailable", "reason": str(e)}, 503)
+        return JSONResponse({"status": "ready"})
+
+    async def metrics(request: Request) -> Response:
+        with contextlib.suppress(MeminiError):
+            await run_in_threadpool(service.store.refresh_active_counts)
+        return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
+
+    async def openapi_json(request: Request) -> Response:
+        if not doc:
+            doc.update(openapi(version))
+        return Response(wire.dumps(doc), media_type=_JSON)
+
+    routes = [
+        Route("/v1/{method}", call, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+    ]
+    if mcp is not None:
+        routes.append(Route("/mcp", _McpRoute(service, mcp), methods=["GET", "POST", "DELETE"]))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            if mcp is not None:
+                await stack.enter_async_context(mcp.run())
+            try:
+                yield
+            finally:
+                await run_in_threadpool(service.close)
+
+    return Starlette(routes=routes, lifespan=lifespan)

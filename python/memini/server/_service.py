@@ -1,0 +1,84 @@
+"""`Service`: one served call, the same for REST and MCP — check, call, confine, log.
+
+Handlers hold no business logic: they decode, hand the call to `Service.invoke` in a worker
+thread (the store releases the GIL, so calls run in parallel), and encode its answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from memini import _wire as wire
+from memini.errors import UnavailableError
+from memini.server._auth import Gate, Principal
+from memini.server._events import EventRecorder, events_for
+from memini.store import Store
+
+__all__ = ["Service"]
+
+_KEY_WRITES = frozenset({"put_api_key", "delete_api_key", "rename_api_key_namespaces"})
+
+
+class Service:
+    """The served store with its gate (auth) and event recorder.
+
+    Args:
+        store: The store this process owns.
+        gate: Authentication and namespace rules.
+        recorder: Where the rows of served calls go; None = no event log.
+    """
+
+    def __init__(self, store: Store, gate: Gate, recorder: EventRecorder | None) -> None:
+        self.store = store
+        self.gate = gate
+        self.recorder = recorder
+        self.draining = False
+        self._inflight = 0
+        self._idle = threading.Condition()
+
+    def invoke(self, principal: Principal, method: wire.Method, args: Mapping[str, Any]) -> Any:
+        """Run one call for ``principal`` (in a worker thread).
+
+        Raises:
+            AuthError: The call is not the principal's to make (nothing ran).
+            UnavailableError: The server is draining.
+            MeminiError: What the store raised.
+        """
+        with self._idle:
+            if self.draining:
+                raise UnavailableError("the server is shutting down; retry on its successor")
+            self._inflight += 1
+        try:
+            self.gate.check(principal, method.name, args)
+            if method.name == "list_expired" and not principal.admin:
+                limit = args.get("limit", 0)
+                rows = self.gate.confine(
+                    principal, method.name, method.call(self.store, {**args, "limit": 0})
+                )
+                result = rows[:limit] if isinstance(limit, int) and limit > 0 else rows
+            else:
+                result = self.gate.confine(principal, method.name, method.call(self.store, args))
+            if method.name in _KEY_WRITES:
+                self.gate.keys_changed()
+            if self.recorder is not None:
+                self.recorder.record(events_for(method.name, args, result, principal.name))
+            return result
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Refuse new calls and wait for those in flight; True when none is left."""
+        with self._idle:
+            self.draining = True
+            return self._idle.wait_for(lambda: self._inflight == 0, timeout)
+
+    def close(self) -> None:
+        """Drain, write the queued event rows, close the store."""
+        self.drain()
+        if self.recorder is not None:
+            self.recorder.close()
+        self.store.close()
