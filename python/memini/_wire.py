@@ -115,7 +115,11 @@ _Dec = Callable[[Any, str], Any]
 
 
 def _is_vector(hint: object) -> bool:
-    return hint is npt.ArrayLike or hint == (np.ndarray[Any, Any] | Sequence[float])
+    """Whether ``hint`` is a vector slot: a query (`npt.ArrayLike`) or ``Memory.embedding``."""
+    if hint is npt.ArrayLike:
+        return True
+    opts, _ = _options(hint)
+    return len(opts) == 2 and np.ndarray[Any, Any] in opts and Sequence[float] in opts
 
 
 def _options(hint: object) -> tuple[list[object], bool]:
@@ -130,22 +134,36 @@ def _marker(kind: str, value: Any) -> dict[str, Any]:
     return {_MARK + kind: value}
 
 
-def _any(value: Any) -> Any:
-    """Any Python value as JSON, with markers for what JSON cannot hold."""
+def _json(value: Any) -> Any:
+    """JSON data (metadata, event detail) as JSON, anything else as a stand-in marker: the
+    store refuses a datetime or a numpy scalar inside metadata, so the client sends them as
+    what they are, not converted."""
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, str):
         return _text(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else _marker("float", repr(value))
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, datetime):
-        return value.isoformat()
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value):
-            return {k: _any(v) for k, v in value.items()}
+            return {k: _json(v) for k, v in value.items()}
         return _marker("object", type(value).__name__)
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    return _marker("object", type(value).__name__)
+
+
+def _any(value: Any) -> Any:
+    """An argument as JSON: numpy values as numbers and lists, enum members as their
+    values, sets as set markers, everything else JSON cannot hold as markers."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _marker("float", repr(value))
+    if isinstance(value, dict):
+        return _json(value)
     if isinstance(value, list | tuple):
         return [_any(v) for v in value]
     if isinstance(value, set | frozenset):
@@ -197,7 +215,29 @@ def _encoder(hint: object) -> _Enc:
         return enc_dc
     if datetime in opts:
         return lambda v: v.isoformat() if isinstance(v, datetime) else _any_not_text(v)
+    seqs = [o for o in opts if typing.get_origin(o) in (list, Sequence, Iterable)]
+    if seqs and typing.get_args(seqs[0]):
+        item = _encoder(typing.get_args(seqs[0])[0])
+
+        def enc_seq(v: Any) -> Any:
+            if isinstance(v, list | tuple) or (
+                isinstance(v, Iterable) and not isinstance(v, str | bytes | dict | set)
+                and not dataclasses.is_dataclass(v) and not isinstance(v, np.ndarray)
+                and typing.get_origin(seqs[0]) is Iterable
+            ):
+                return [item(x) for x in v]
+            return _any(v)
+
+        return enc_seq
+    if any(o is Any or typing.get_origin(o) in (dict, Mapping) for o in opts):
+        return _json_slot
     return _any
+
+
+def _json_slot(value: Any) -> Any:
+    """A metadata / detail slot: a dict goes as strict JSON; anything else as an argument
+    (the store refuses it with its own message)."""
+    return _json(value) if isinstance(value, dict) else _any(value)
 
 
 def _any_not_text(v: Any) -> Any:
@@ -320,8 +360,7 @@ def _decoder(hint: object) -> _Dec:
     if origin is np.ndarray or h is np.ndarray:
         return lambda v, p: np.asarray(v, dtype=np.float32) if isinstance(v, list) else v
     if isinstance(h, type) and issubclass(h, enum.Enum):
-        enum_cls = h
-        return lambda v, p: enum_cls(v) if isinstance(v, str) else _plain_any(v, p)
+        return _enum_decoder(h)
     if isinstance(h, type) and dataclasses.is_dataclass(h):
         return _dataclass_decoder(h)
     if origin in (list, Sequence, Iterable, tuple) or h is list:
@@ -335,6 +374,21 @@ def _decoder(hint: object) -> _Dec:
 
         return dec_list
     return _plain_any
+
+
+def _enum_decoder(cls: type[enum.Enum]) -> _Dec:
+    """A member for a known value (a result); anything else as it is, for the store to
+    refuse with the list of allowed values (an argument)."""
+
+    def dec(v: Any, p: str) -> Any:
+        if isinstance(v, str):
+            try:
+                return cls(v)
+            except ValueError:
+                return v
+        return _plain_any(v, p)
+
+    return dec
 
 
 def _dataclass_decoder(cls: type) -> _Dec:
