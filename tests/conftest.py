@@ -20,6 +20,8 @@ settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 OpenStore = Callable[..., Any]
+ADMIN = "conftest-admin-secret"
+"""The admin secret of the servers behind the ``remote`` stores."""
 
 
 @pytest.fixture(params=["disk", "memory", "remote"])
@@ -27,8 +29,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
     """Factory ``open_store(dims=4, metric=None)`` for a fresh store of the parametrised kind.
 
     ``remote``: an in-memory store served by `memini.server.Server` on 127.0.0.1 (a free
-    port, uvicorn in a thread, open access on loopback, events logged) and a `RemoteStore`
-    connected to it; one server per store. Stores and servers it opened are closed at
+    port, uvicorn in a thread, the admin secret `ADMIN`, no event log of served calls: the
+    tests read the log) and a `RemoteStore` connected to it as admin; one server per store. Stores and servers it opened are closed at
     teardown.
     """
     from memini import Store
@@ -43,11 +45,10 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
             import memini
             from memini.server import Server, ServerOptions
 
-            server = Server.open(
-                None, dims=dims, metric=metric, options=ServerOptions(port=0, mcp=False, events=False),
-            )
+            options = ServerOptions(port=0, admin_key=ADMIN, mcp=False, events=False)
+            server = Server.open(None, dims=dims, metric=metric, options=options)
             servers.append(server)
-            s = memini.connect(server.start(), retry_for=0)
+            s = memini.connect(server.start(), api_key=ADMIN, retry_for=0)
         else:
             path = tmp_path / f"store{len(opened)}" if request.param == "disk" else None
             s = Store.open(path, dims=dims, metric=metric)

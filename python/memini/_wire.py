@@ -28,6 +28,7 @@ import inspect
 import json
 import math
 import numbers
+import os
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -134,48 +135,77 @@ def _marker(kind: str, value: Any) -> dict[str, Any]:
     return {_MARK + kind: value}
 
 
-def _json(value: Any) -> Any:
+_I64_MIN: Final = -(2**63)
+_U64_MAX: Final = 2**64 - 1
+# deeper than any JSON reader (and the store's metadata rule, 100 levels) accepts: sent as
+# a stand-in, which the store refuses as it refuses the value itself
+_MAX_DEPTH: Final = 128
+
+
+def _int(value: int) -> Any:
+    return value if _I64_MIN <= value <= _U64_MAX else _marker("int", str(value))
+
+
+def _dict(value: dict[Any, Any], enc: Callable[[Any, int], Any], depth: int) -> Any:
+    """A dict as a JSON object, or as a ``dict`` marker of pairs when a key is not a plain
+    str (an int key, a lone surrogate) or could be read as a marker."""
+    if all(isinstance(k, str) and _text(k) is k for k in value) and not (
+        len(value) == 1 and next(iter(value)).startswith(_MARK)
+    ):
+        return {k: enc(v, depth + 1) for k, v in value.items()}
+    return _marker("dict", [[_any(k), enc(v, depth + 1)] for k, v in value.items()])
+
+
+def _json(value: Any, depth: int = 0) -> Any:
     """JSON data (metadata, event detail) as JSON, anything else as a stand-in marker: the
     store refuses a datetime or a numpy scalar inside metadata, so the client sends them as
     what they are, not converted."""
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        return _int(value)
     if isinstance(value, str):
         return _text(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else _marker("float", repr(value))
-    if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value):
-            return {k: _json(v) for k, v in value.items()}
+    if depth > _MAX_DEPTH:
         return _marker("object", type(value).__name__)
+    if isinstance(value, dict):
+        return _dict(value, _json, depth)
     if isinstance(value, list):
-        return [_json(v) for v in value]
+        return [_json(v, depth + 1) for v in value]
     return _marker("object", type(value).__name__)
 
 
-def _any(value: Any) -> Any:
-    """An argument as JSON: numpy values as numbers and lists, enum members as their
+def _any(value: Any, depth: int = 0) -> Any:
+    """An argument as JSON: numpy values as numbers and arrays, enum members as their
     values, sets as set markers, everything else JSON cannot hold as markers."""
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        return _int(value)
     if isinstance(value, str):
         return _text(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else _marker("float", repr(value))
+    if depth > _MAX_DEPTH:
+        return _marker("object", type(value).__name__)
     if isinstance(value, dict):
-        return _json(value)
+        return _json(value, depth)
     if isinstance(value, list | tuple):
-        return [_any(v) for v in value]
+        return [_any(v, depth + 1) for v in value]
     if isinstance(value, set | frozenset):
-        return _marker("set", [_any(v) for v in value])
+        return _marker("set", [_any(v, depth + 1) for v in value])
     if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
-        return _array(value)
+        return _marker("array", _array(value))
     if isinstance(value, np.bool_):
         return bool(value)
     if isinstance(value, np.integer | np.floating):
         return _any(value.item())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _any(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: _any(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}
+    if isinstance(value, os.PathLike):  # a path on the server's file system (backup)
+        return _any(os.fspath(value))
     return _marker("object", type(value).__name__)
 
 
@@ -190,8 +220,11 @@ def _text(s: str) -> Any:
 
 
 def _array(a: npt.NDArray[Any]) -> Any:
+    """An array's values as nested lists (float32 values are exact in a JSON double)."""
     if a.dtype.kind == "f" and not np.isfinite(a).all():
-        return [_any(v) for v in a.tolist()]
+        return _any(a.tolist())
+    if a.dtype.kind in "iu" and a.size and (a.max() > _U64_MAX or a.min() < _I64_MIN):
+        return _any(a.tolist())
     return a.tolist()
 
 
@@ -289,6 +322,18 @@ def _unmark(value: dict[str, Any], path: str) -> Any:
             s = None
         if isinstance(s, str):
             return s
+    if kind == "int" and isinstance(v, str) and v.lstrip("-").isdigit():
+        return int(v)
+    if kind == "dict" and isinstance(v, list) and all(
+        isinstance(p, list) and len(p) == 2 and not isinstance(p[0], list | dict) for p in v
+    ):
+        return {_plain_any(k, path): _plain_any(x, f"{path}[{k!r}]") for k, x in v}
+    if kind == "array" and isinstance(v, list):
+        try:
+            a = np.asarray(v)  # plain numbers: no walk (the hot path of searches)
+            return np.asarray(_plain_any(v, path)) if a.dtype == object else a
+        except (ValueError, TypeError):
+            raise InvalidArgumentError(f"{path} is not a rectangular array of numbers") from None
     if kind == "set" and isinstance(v, list):
         return {_plain_any(x, path) for x in v if not isinstance(x, list | dict)}
     if kind == "object" and isinstance(v, str) and v.isidentifier():
@@ -327,7 +372,7 @@ def _vector(value: Any, path: str) -> Any:
         if all(type(x) is float or type(x) is int for x in value):
             return value
         return [_vector(x, f"{path}[{i}]") for i, x in enumerate(value)]
-    return _plain_any(value, path)
+    return _plain_any(value, path)  # e.g. an array marker: the ndarray the client had
 
 
 @cache
@@ -497,6 +542,8 @@ class Method:
                     f"(arguments: {', '.join(self.params) or 'none'})"
                 )
             if key == self.var_keyword:
+                if isinstance(value, dict):
+                    value = _unmark(value, key)
                 if not isinstance(value, dict):
                     raise InvalidArgumentError(f"{key} must be an object of field values")
                 memory_hints = _memory_hints()
@@ -526,7 +573,8 @@ class Method:
         for key, value in bound.items():
             if key == self.var_keyword:
                 memory_hints = _memory_hints()
-                body[key] = {k: encode(v, memory_hints.get(k, Any)) for k, v in value.items()}
+                fields = {k: encode(v, memory_hints.get(k, Any)) for k, v in value.items()}
+                body[key] = _dict(fields, lambda v, _d: v, 0)
             else:
                 body[key] = encode(value, self.params[key])
         return body

@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
@@ -107,6 +110,20 @@ def _retryable(method: wire.Method, exc: Exception | None, status: int) -> bool:
     return isinstance(exc, httpx.ConnectError) or status == 503
 
 
+# Clients opened in this process, closed in a forked child (their connections belong to the
+# parent), as a `Store` is.
+_clients: weakref.WeakSet[_Base] = weakref.WeakSet()
+_clients_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    for c in list(_clients):
+        c._forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Base:
     """What both clients share: the URL, credentials, retry window and closed state."""
 
@@ -118,10 +135,18 @@ class _Base:
         self._timeout = timeout
         self._retry_for = retry_for
         self._closed = False
+        self._forked = False
+        with _clients_lock:
+            _clients.add(self)
 
     def _check(self) -> None:
-        if self._closed:
-            raise StoreClosedError("the remote store client is closed")
+        if self._closed or self._forked:
+            raise StoreClosedError(
+                "the remote store client is closed"
+                if self._closed
+                else "the remote store client was opened before fork() and is closed in "
+                "this child process; connect again here"
+            )
 
     def _prepare(self, name: str, bound: Mapping[str, Any]) -> tuple[wire.Method, bytes]:
         self._check()
@@ -196,6 +221,7 @@ class RemoteStore(_Base):
             try:
                 response = self._http.post(f"/v1/{name}", content=body)
             except httpx.TransportError as e:
+                self._check()  # closed meanwhile by another thread
                 exc, status = e, 0
             except RuntimeError as e:  # the client was closed from another thread
                 self._check()
@@ -212,8 +238,11 @@ class RemoteStore(_Base):
             pause = min(pause * 2, _BACKOFF_MAX)
 
     def close(self) -> None:
-        """Close this client's connections (the served store stays open). Idempotent."""
-        if not self._closed:
+        """Close this client's connections (the served store stays open). Idempotent.
+
+        In a process forked from the one that connected this is a no-op.
+        """
+        if not self._closed and not self._forked:
             self._closed = True
             self._http.close()
 
@@ -312,6 +341,7 @@ class AsyncRemoteStore(_Base):
             try:
                 response = await self._http.post(f"/v1/{name}", content=body)
             except httpx.TransportError as e:
+                self._check()
                 exc, status = e, 0
             except RuntimeError as e:
                 self._check()
