@@ -5,7 +5,8 @@ Memories (facts, episodes, procedures) live in namespaces and are recalled by me
 Rust core. See `Store`.
 """
 
-from memini.client import RemoteStore, connect
+from typing import TYPE_CHECKING, Any
+
 from memini.errors import (
     AuthError,
     ConflictError,
@@ -40,6 +41,19 @@ from memini.types import (
     new_id,
     normalize_content,
 )
+
+if TYPE_CHECKING:  # imported on first use: `import memini` stays free of httpx
+    from memini.client import RemoteStore, connect
+
+
+def __getattr__(name: str) -> Any:
+    """``memini.connect`` and ``memini.RemoteStore``, from `memini.client` on first use."""
+    if name in ("RemoteStore", "connect"):
+        from memini import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'memini' has no attribute {name!r}")
+
 
 __all__ = [
     "APIKey",

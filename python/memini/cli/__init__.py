@@ -11,6 +11,8 @@ Commands (``memini COMMAND --help`` lists the options):
   into a new store and exporting again gives the same bytes.
 * ``memini stats|compact|check [--repair] --store DIR``: inspect, compact, verify the indexes.
 * ``memini demo [--store ./memini-data]``: import the shipped PyPI sample and recall from it.
+* ``memini serve --store DIR [--host H] [--port P] ...``: serve the store over HTTP (REST,
+  MCP, metrics; `memini.server`); ``memini mcp --store DIR --namespace NS``: MCP over stdio.
 
 The file format is described in `memini.cli.records`; the package splits by job: `common`
 (errors, opening stores, progress), `records` (the format), `importer` (records into a
@@ -41,6 +43,7 @@ from memini.cli.common import METRICS, CliError, store_dir
 from memini.cli.demo import DEFAULT_DEMO_STORE, cmd_demo
 from memini.cli.importer import ON_EXISTING, ImportSummary
 from memini.cli.records import EXPORT_TYPE, EXPORT_VERSION
+from memini.cli.serve import add_parsers as add_serve_parsers
 from memini.errors import MeminiError
 
 __all__ = ["EXPORT_TYPE", "EXPORT_VERSION", "ImportSummary", "export_store", "main"]
@@ -140,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"store directory (default {DEFAULT_DEMO_STORE})",
     )
     sp.set_defaults(func=cmd_demo)
+    add_serve_parsers(sub, store_arg, METRICS, _positive)
     return p
 
 

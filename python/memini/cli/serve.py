@@ -1,0 +1,155 @@
+"""``memini serve`` and ``memini mcp``: a store served to a fleet (API.md section 8).
+
+Both need the ``memini[server]`` extra; it is imported only when one of them runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from memini.cli.common import CliError, locked_message
+from memini.errors import StoreLockedError
+
+__all__ = ["add_parsers", "embedder_option"]
+
+
+def embedder_option(text: str) -> Any:
+    """``--embedder local | openai:BASE_URL#MODEL | none`` -> an embedder or None.
+
+    Raises:
+        CliError: An unknown form, or this build has no ``memini.embed``.
+    """
+    if text == "none":
+        return None
+    try:
+        from memini import embed  # type: ignore[attr-defined, unused-ignore]
+    except ImportError:
+        raise CliError(
+            f"--embedder {text}: this memini has no embedders (memini.embed); "
+            "use --embedder none and send vectors"
+        ) from None
+    if text == "local":
+        return embed.LocalEmbedder()
+    if text.startswith("openai:") and "#" in text:
+        url, _, model = text[len("openai:") :].rpartition("#")
+        return embed.OpenAIEmbedder(url, model)
+    raise CliError(f"--embedder must be local, openai:BASE_URL#MODEL or none, got {text!r}")
+
+
+def _open(args: argparse.Namespace, options: Any) -> Any:
+    from memini.server import Server
+
+    extra: dict[str, Any] = {}
+    embedder = embedder_option(args.embedder)
+    if embedder is not None:
+        extra["embedder"] = embedder
+    try:
+        return Server.open(
+            Path(args.store), dims=args.dims, metric=args.metric, options=options, **extra
+        )
+    except StoreLockedError:
+        raise CliError(locked_message(Path(args.store), "serve it")) from None
+
+
+def _missing_extra() -> CliError:
+    return CliError("the server needs its extra: pip install 'memini[server]'")
+
+
+def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Serve the store until SIGTERM/SIGINT."""
+    try:
+        from memini.server import ServerOptions
+    except ImportError:
+        raise _missing_extra() from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    options = ServerOptions(
+        host=args.host,
+        port=args.port,
+        max_body=args.max_body,
+        events=not args.no_events,
+        event_retention=timedelta(days=args.event_retention_days)
+        if args.event_retention_days > 0
+        else None,
+        event_keep_max=args.event_keep_max,
+        mcp=not args.no_mcp,
+        mcp_namespace=args.mcp_namespace,
+    )
+    server = _open(args, options)
+    err.print(f"memini: serving {args.store} at {server.url}", markup=False)
+    server.run()
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Serve MCP over stdin/stdout in one namespace."""
+    try:
+        import anyio
+
+        from memini.server import ServerOptions
+        from memini.server._mcp import run_stdio
+    except ImportError:
+        raise _missing_extra() from None
+    server = _open(args, ServerOptions(mcp=False, host="127.0.0.1"))
+    try:
+        anyio.run(run_stdio, server.service, args.namespace)
+    finally:
+        server.service.close()
+    return 0
+
+
+def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: Any) -> None:
+    """Add ``serve`` and ``mcp`` to the command line's subparsers."""
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        store_arg(sp)
+        sp.add_argument("--dims", type=positive, help="vector dims of a new store")
+        sp.add_argument("--metric", choices=metrics, help="metric of a new store (default l2)")
+        sp.add_argument(
+            "--embedder",
+            default="none",
+            metavar="local|openai:BASE_URL#MODEL|none",
+            help="embed text in (remember/recall by text); default none: vectors are sent",
+        )
+
+    sp = sub.add_parser(
+        "serve",
+        help="serve a store over HTTP (REST /v1, MCP /mcp, /metrics)",
+        description="One process owns the store and serves it: REST/JSON under /v1 "
+        "(OpenAPI at /openapi.json), /healthz, /readyz, /metrics, MCP at /mcp. The admin "
+        "secret comes from MEMINI_ADMIN_KEY; API keys from the store. With neither, only a "
+        "loopback address serves without credentials. SIGTERM drains and closes the store.",
+    )
+    common(sp)
+    sp.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    sp.add_argument("--port", type=int, default=8420, help="TCP port (8420)")
+    sp.add_argument(
+        "--max-body", type=positive, default=64 << 20, help="largest request body, bytes (64 MiB)"
+    )
+    sp.add_argument("--no-events", action="store_true", help="do not log served calls")
+    sp.add_argument(
+        "--event-retention-days",
+        type=float,
+        default=30.0,
+        help="prune event rows older than this many days (30; 0 = keep by age)",
+    )
+    sp.add_argument(
+        "--event-keep-max", type=int, default=0, help="keep at most this many event rows (0: all)"
+    )
+    sp.add_argument("--no-mcp", action="store_true", help="do not serve MCP at /mcp")
+    sp.add_argument(
+        "--mcp-namespace",
+        default="default",
+        help="namespace of MCP calls made with the admin secret or open access (default)",
+    )
+    sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("mcp", help="serve MCP over stdio for one agent, in one namespace")
+    common(sp)
+    sp.add_argument("--namespace", required=True, help="the namespace the tools work in")
+    sp.set_defaults(func=cmd_mcp)
