@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import anyio
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -100,6 +100,21 @@ class _McpRoute:
         await self._mcp.handle(scope, receive, send)
 
 
+def _call_json(service: Service, principal: Principal, method: wire.Method, raw: bytes) -> bytes:
+    """Decode a call's body, serve it, encode its answer (in a worker thread).
+
+    Raises:
+        InvalidArgumentError: Malformed JSON or arguments (nothing reached the store).
+        MeminiError: What the call raised.
+    """
+    try:
+        data = wire.loads(raw) if raw else {}
+    except ValueError as e:
+        raise InvalidArgumentError(f"the body is not valid JSON: {e}") from None
+    args = method.decode_args(data)
+    return wire.dumps(service.invoke(principal, method, args))
+
+
 def create_app(
     service: Service,
     *,
@@ -131,6 +146,9 @@ def create_app(
         registry=reg,
         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
     )
+    Gauge(
+        "memini_calls_in_flight", "Store calls being served now", registry=reg
+    ).set_function(lambda: service.in_flight)
     doc: dict[str, Any] = {}
 
     async def call(request: Request) -> Response:
@@ -151,13 +169,9 @@ def create_app(
         try:
             principal = service.gate.principal(request.headers.get("authorization"))
             raw = await _body(request, max_body, body_timeout)
-            try:
-                data = wire.loads(raw) if raw else {}
-            except ValueError as e:
-                raise InvalidArgumentError(f"the body is not valid JSON: {e}") from None
-            args = method.decode_args(data)
-            result = await run_in_threadpool(service.invoke, principal, method, args)
-            return Response(wire.dumps(result), media_type=_JSON)
+            # decoding a large batch takes a while: never on the event loop
+            body = await run_in_threadpool(_call_json, service, principal, method, raw)
+            return Response(body, media_type=_JSON)
         except MeminiError as e:
             return _meminierror(e)
         except _BodyError as e:

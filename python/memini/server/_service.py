@@ -70,6 +70,11 @@ class Service:
                 self._inflight -= 1
                 self._idle.notify_all()
 
+    @property
+    def in_flight(self) -> int:
+        """Calls being served now."""
+        return self._inflight
+
     def drain(self, timeout: float = 30.0) -> bool:
         """Refuse new calls and wait for those in flight; True when none is left."""
         with self._idle:
