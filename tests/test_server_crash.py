@@ -250,8 +250,15 @@ def test_sigterm_drains_in_flight_and_refuses_new(
             time.sleep(0.01)
             if time.monotonic() > deadline or not t.is_alive():
                 break
+        assert t.is_alive(), result
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.05)
+        for _ in range(500):  # until the signal is handled (a loaded machine is slow)
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 503:
+                    break
+            except httpx.TransportError:
+                break
+            time.sleep(0.01)
         refused = 0
         for _ in range(5):
             try:
