@@ -64,7 +64,8 @@ with httpx.Client(base_url=url, headers={"content-type": "application/json"}) as
             raise SystemExit(f"HTTP {r.status_code}: {r.text[:300]}")
         lat.append(time.perf_counter() - t0)
         i += 1
-print(json.dumps({"n": len(lat), "lat": sorted(lat)[len(lat) // 2], "p99": sorted(lat)[int(len(lat) * 0.99)]}))
+lat.sort()
+print(json.dumps({"n": len(lat), "lat": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]}))
 """
 
 BARE = r"""
@@ -122,16 +123,33 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _load(url: str, path: str, bodies: list[str], clients: int, seconds: float, tmp: Path,
-          template: bool = False) -> dict[str, float]:
+def _load(
+    url: str,
+    path: str,
+    bodies: list[str],
+    clients: int,
+    seconds: float,
+    tmp: Path,
+    template: bool = False,
+) -> dict[str, float]:
     """Run ``clients`` client processes for ``seconds``; requests/s and latencies."""
     f = tmp / f"bodies-{time.monotonic_ns()}.json"
     f.write_text(json.dumps(bodies))
     start = time.time() + 1.5 + 0.4 * clients  # every client imported and connected
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CLIENT, url, path, str(f), str(start), str(start + seconds),
-             "1" if template else "0", f"c{c}x{time.monotonic_ns()}"],
+            [
+                sys.executable,
+                "-c",
+                CLIENT,
+                url,
+                path,
+                str(f),
+                str(start),
+                str(start + seconds),
+                "1" if template else "0",
+                f"c{c}x{time.monotonic_ns()}",
+            ],
             stdout=subprocess.PIPE,
         )
         for c in range(clients)
@@ -171,8 +189,17 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
     port = _port()
     env = {k: v for k, v in os.environ.items() if k != "MEMINI_ADMIN_KEY"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memini.cli", "serve", "--store", str(path), "--port", str(port),
-         "--no-mcp"],
+        [
+            sys.executable,
+            "-m",
+            "memini.cli",
+            "serve",
+            "--store",
+            str(path),
+            "--port",
+            str(port),
+            "--no-mcp",
+        ],
         env=env,
         stderr=subprocess.DEVNULL,
     )
@@ -208,7 +235,11 @@ def _search_bodies(data: D.Dataset) -> list[str]:
 
 
 def test_served_vector_search_vs_bare_endpoint(
-    benchmark: Any, served: dict[str, Any], bare: str, data: D.Dataset, tmp_path: Path,
+    benchmark: Any,
+    served: dict[str, Any],
+    bare: str,
+    data: D.Dataset,
+    tmp_path: Path,
     pytestconfig: pytest.Config,
 ) -> None:
     seconds = _seconds(pytestconfig)
@@ -250,14 +281,21 @@ def test_served_vector_search_vs_bare_endpoint(
 
 
 def test_served_durable_single_upserts(
-    benchmark: Any, served: dict[str, Any], data: D.Dataset, tmp_path: Path,
+    benchmark: Any,
+    served: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
     pytestconfig: pytest.Config,
 ) -> None:
     seconds = _seconds(pytestconfig)
     bodies = []
     for i in range(50):
-        m = {"id": "@ID@", "namespace": "bench-writes", "content": data.texts[i],
-             "embedding": data.vectors[i].tolist()}
+        m = {
+            "id": "@ID@",
+            "namespace": "bench-writes",
+            "content": data.texts[i],
+            "embedding": data.vectors[i].tolist(),
+        }
         bodies.append(json.dumps({"memory": m}))
     out: dict[str, Any] = {}
 
@@ -273,7 +311,10 @@ def test_served_durable_single_upserts(
 
 
 def test_served_recall(
-    benchmark: Any, served: dict[str, Any], data: D.Dataset, tmp_path: Path,
+    benchmark: Any,
+    served: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
     pytestconfig: pytest.Config,
 ) -> None:
     import memini
@@ -282,8 +323,14 @@ def test_served_recall(
         pytest.skip("this build has no Store.recall (API.md section 6)")
     seconds = _seconds(pytestconfig)
     bodies = [
-        json.dumps({"namespace": NS, "query": data.keyword_queries[i],
-                    "vector": data.queries[i].tolist(), "k": 10})
+        json.dumps(
+            {
+                "namespace": NS,
+                "query": data.keyword_queries[i],
+                "vector": data.queries[i].tolist(),
+                "k": 10,
+            }
+        )
         for i in range(100)
     ]
     out: dict[str, Any] = {}

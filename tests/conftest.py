@@ -30,8 +30,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 
     ``remote``: an in-memory store served by `memini.server.Server` on 127.0.0.1 (a free
     port, uvicorn in a thread, the admin secret `ADMIN`, no event log of served calls: the
-    tests read the log) and a `RemoteStore` connected to it as admin; one server per store. Stores and servers it opened are closed at
-    teardown.
+    tests read the log) and a `RemoteStore` connected to it as admin; one server per store.
+    Stores and servers it opened are closed at teardown.
     """
     from memini import Store
 

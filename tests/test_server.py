@@ -89,9 +89,10 @@ def key_a(served: Server) -> Iterator[memini.RemoteStore]:
 
 def test_credentials_are_required_and_checked(served: Server) -> None:
     for key in (None, "wrong", KEY_A + "x"):
-        with memini.connect(served.url, api_key=key, retry_for=0) as s, pytest.raises(
-            AuthError
-        ) as e:
+        with (
+            memini.connect(served.url, api_key=key, retry_for=0) as s,
+            pytest.raises(AuthError) as e,
+        ):
             s.count("team/a")
         assert "secret" not in str(e.value) or key is None
         if key:
@@ -221,8 +222,9 @@ def test_open_access_only_on_loopback_without_keys(
 def test_secrets_are_never_logged(served: Server, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG):
         for key in (ADMIN, KEY_A, "not-a-key-secret"):
-            with memini.connect(served.url, api_key=key, retry_for=0) as s, pytest.raises(
-                memini.MeminiError
+            with (
+                memini.connect(served.url, api_key=key, retry_for=0) as s,
+                pytest.raises(memini.MeminiError),
             ):
                 s.get("team/b", "missing")
     for secret in (ADMIN, KEY_A, "not-a-key-secret"):
@@ -305,9 +307,7 @@ def _post(url: str, method: str, body: bytes, key: str = ADMIN) -> httpx.Respons
         pytest.param(
             "vector_search", b'{"namespace": "team/a", "vector": [1e999, 1, 1, 1]}', 400, id="inf"
         ),
-        pytest.param(
-            "vector_search", b'{"namespace": "team/a", "vector": [1, 1]}', 422, id="dims"
-        ),
+        pytest.param("vector_search", b'{"namespace": "team/a", "vector": [1, 1]}', 422, id="dims"),
         pytest.param("count", b'{"namespace": 5}', 400, id="wrong-type"),
         pytest.param("count", b'{"namespace": "x", "nope": 1}', 400, id="unknown-argument"),
         pytest.param("count", b"{}", 400, id="missing-argument"),
@@ -379,21 +379,49 @@ def test_oversized_body_is_413(tmp_path: Path) -> None:
 
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
     max_leaves=12,
 )
 _field_names = st.sampled_from(
-    ["id", "namespace", "content", "tier", "embedding", "metadata", "tags", "created_at",
-     "vector", "k", "filter", "memory", "memories", "query", "limit", "fields", "x"]
+    [
+        "id",
+        "namespace",
+        "content",
+        "tier",
+        "embedding",
+        "metadata",
+        "tags",
+        "created_at",
+        "vector",
+        "k",
+        "filter",
+        "memory",
+        "memories",
+        "query",
+        "limit",
+        "fields",
+        "x",
+    ]
 )
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     method=st.sampled_from(
-        ["upsert", "upsert_many", "vector_search", "keyword_search", "list", "update",
-         "count", "put_link", "append_events", "get_embedding"]
+        [
+            "upsert",
+            "upsert_many",
+            "vector_search",
+            "keyword_search",
+            "list",
+            "update",
+            "count",
+            "put_link",
+            "append_events",
+            "get_embedding",
+        ]
     ),
     body=st.dictionaries(_field_names, _json_values, max_size=5)
     | st.builds(
@@ -401,7 +429,9 @@ _field_names = st.sampled_from(
         st.dictionaries(_field_names, _json_values, max_size=6),
     ),
 )
-def test_fuzz_the_body_decoder(fuzz_server: tuple[str, memini.RemoteStore], method: str, body: Any) -> None:
+def test_fuzz_the_body_decoder(
+    fuzz_server: tuple[str, memini.RemoteStore], method: str, body: Any
+) -> None:
     url, admin = fuzz_server
     r = _post(url, method, json.dumps(body).encode())
     assert r.status_code in (200, 400, 404, 409, 422), r.text

@@ -96,8 +96,20 @@ def free_port() -> int:
 
 def start_server(store: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memini.cli", "serve", "--store", str(store), "--dims", str(DIMS),
-         "--port", str(port), "--no-mcp", *extra],
+        [
+            sys.executable,
+            "-m",
+            "memini.cli",
+            "serve",
+            "--store",
+            str(store),
+            "--dims",
+            str(DIMS),
+            "--port",
+            str(port),
+            "--no-mcp",
+            *extra,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={k: v for k, v in os.environ.items() if k != "MEMINI_ADMIN_KEY"},

@@ -27,7 +27,6 @@ import enum
 import inspect
 import json
 import math
-import numbers
 import os
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -254,8 +253,10 @@ def _encoder(hint: object) -> _Enc:
 
         def enc_seq(v: Any) -> Any:
             if isinstance(v, list | tuple) or (
-                isinstance(v, Iterable) and not isinstance(v, str | bytes | dict | set)
-                and not dataclasses.is_dataclass(v) and not isinstance(v, np.ndarray)
+                isinstance(v, Iterable)
+                and not isinstance(v, str | bytes | dict | set)
+                and not dataclasses.is_dataclass(v)
+                and not isinstance(v, np.ndarray)
                 and typing.get_origin(seqs[0]) is Iterable
             ):
                 return [item(x) for x in v]
@@ -324,8 +325,12 @@ def _unmark(value: dict[str, Any], path: str) -> Any:
             return s
     if kind == "int" and isinstance(v, str) and v.lstrip("-").isdigit():
         return int(v)
-    if kind == "dict" and isinstance(v, list) and all(
-        isinstance(p, list) and len(p) == 2 and not isinstance(p[0], list | dict) for p in v
+    if (
+        kind == "dict"
+        and isinstance(v, list)
+        and all(
+            isinstance(p, list) and len(p) == 2 and not isinstance(p[0], list | dict) for p in v
+        )
     ):
         return {_plain_any(k, path): _plain_any(x, f"{path}[{k!r}]") for k, x in v}
     if kind == "array" and isinstance(v, list):
@@ -547,9 +552,7 @@ class Method:
                 if not isinstance(value, dict):
                     raise InvalidArgumentError(f"{key} must be an object of field values")
                 memory_hints = _memory_hints()
-                out[key] = {
-                    k: decode(v, memory_hints.get(k, Any), k) for k, v in value.items()
-                }
+                out[key] = {k: decode(v, memory_hints.get(k, Any), k) for k, v in value.items()}
             else:
                 out[key] = decode(value, hint, key)
         for name, p in self.signature.parameters.items():
@@ -627,9 +630,8 @@ STATUS: Final[dict[type[MeminiError], int]] = {
 }
 """HTTP status per error class (the most specific class listed wins; 500 otherwise)."""
 
-ERRORS: Final[dict[str, type[MeminiError]]] = {
-    cls.__name__: cls for cls in (MeminiError, *STATUS)
-}
+_CLASSES: Final[list[type[MeminiError]]] = [MeminiError, *STATUS]
+ERRORS: Final[dict[str, type[MeminiError]]] = {cls.__name__: cls for cls in _CLASSES}
 """Error classes by name, to raise in the client what the server raised."""
 
 
@@ -637,15 +639,10 @@ def status_of(exc: MeminiError) -> int:
     """The HTTP status of a `MeminiError`."""
     for cls in type(exc).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 
 def error_body(type_name: str, message: str) -> bytes:
     """The JSON body of an error answer: ``{"error": {"type": ..., "message": ...}}``."""
     return dumps({"error": {"type": type_name, "message": message}})
-
-
-def is_number(value: object) -> bool:
-    """Whether ``value`` is a real number (bool excluded)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)

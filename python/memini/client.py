@@ -44,6 +44,7 @@ from memini.errors import (
     UnavailableError,
 )
 from memini.store import Store, _key_fields_are_not_updates
+from memini.types import Memory
 
 __all__ = ["AsyncRemoteStore", "RemoteStore", "connect"]
 
@@ -265,7 +266,13 @@ class RemoteStore(_Base):
     ping = _remote(Store.ping)
     upsert = _remote(Store.upsert)
     upsert_many = _remote(Store.upsert_many)
-    update = _key_fields_are_not_updates(_remote(Store.update))
+
+    @_key_fields_are_not_updates
+    def update(self, namespace: str, id: str, **fields: Any) -> Memory:
+        """`Store.update` over HTTP: change only the named fields; return the stored row."""
+        result: Memory = self._call("update", {"namespace": namespace, "id": id, "fields": fields})
+        return result
+
     delete = _remote(Store.delete)
     set_superseded = _remote(Store.set_superseded)
     restore = _remote(Store.restore)
@@ -382,7 +389,15 @@ class AsyncRemoteStore(_Base):
     ping = _aremote(Store.ping)
     upsert = _aremote(Store.upsert)
     upsert_many = _aremote(Store.upsert_many)
-    update = _key_fields_are_not_updates(_aremote(Store.update))
+
+    @_key_fields_are_not_updates
+    async def update(self, namespace: str, id: str, **fields: Any) -> Memory:
+        """`Store.update` over HTTP: change only the named fields; return the stored row."""
+        result: Memory = await self._call(
+            "update", {"namespace": namespace, "id": id, "fields": fields}
+        )
+        return result
+
     delete = _aremote(Store.delete)
     set_superseded = _aremote(Store.set_superseded)
     restore = _aremote(Store.restore)

@@ -185,9 +185,10 @@ class Gate:
             ns = args.get(name)
             if isinstance(ns, str) and not principal.owns(ns):
                 raise _forbidden(principal, name)
-            if name == "namespace" and isinstance(ns, list):  # recall over several
-                if any(not isinstance(n, str) or not principal.owns(n) for n in ns):
-                    raise _forbidden(principal, "a namespace of the list")
+            if isinstance(ns, list) and any(  # recall over several namespaces
+                not isinstance(n, str) or not principal.owns(n) for n in ns
+            ):
+                raise _forbidden(principal, "a namespace of the list")
         for name, value in args.items():
             for what, ns in _namespaces_in(name, value):
                 if not principal.owns(ns):
@@ -247,4 +248,3 @@ def _namespaces_in(name: str, value: object) -> Iterable[tuple[str, str]]:
                 yield f"{where}.namespace", item.namespace
             if isinstance(item.memory_ns, str) and item.memory_ns:
                 yield f"{where}.memory_ns", item.memory_ns
-

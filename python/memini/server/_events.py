@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from memini.store import Store
-from memini.types import Event, EventKind, Memory, Scored, Tier, new_id
+from memini.types import Event, EventKind, Memory, Tier, new_id
 
 __all__ = ["EventRecorder", "events_for"]
 
@@ -64,7 +64,7 @@ def _summary(m: Memory) -> str:
 
 def _tier(value: object) -> Tier | None:
     try:
-        return Tier(value)
+        return Tier(value) if isinstance(value, str) else None
     except ValueError:
         return None
 
@@ -93,9 +93,7 @@ def _hits(
     return rows or [Event(op_id=op, kind=kind, namespace=ns, query=query, detail=detail)]
 
 
-def events_for(
-    method: str, args: Mapping[str, Any], result: Any, caller: str
-) -> list[Event]:
+def events_for(method: str, args: Mapping[str, Any], result: Any, caller: str) -> list[Event]:
     """The event rows of one served call that succeeded (``[]`` for calls not logged)."""
     kind = EventKind.RECALL if method in _SEARCHES else _KINDS.get(method)
     if kind is None:

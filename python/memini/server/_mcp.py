@@ -227,4 +227,3 @@ async def run_stdio(service: Service, namespace: str) -> None:
     principal = Principal(None, "mcp-stdio")
     server = build_mcp(service, lambda ctx: (principal, namespace))
     await server.run_stdio_async()
-

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from memini import _wire as wire
+from memini.store import Store
 
 __all__ = ["openapi"]
 
@@ -26,8 +27,12 @@ def _schema(hint: object, components: dict[str, Any]) -> dict[str, Any]:
         return {}
     if wire._is_vector(hint):
         num = {"type": "number"}
-        return {"anyOf": [{"type": "array", "items": num}, {"type": "array", "items": {
-            "type": "array", "items": num}}]}
+        return {
+            "anyOf": [
+                {"type": "array", "items": num},
+                {"type": "array", "items": {"type": "array", "items": num}},
+            ]
+        }
     origin = typing.get_origin(hint)
     if origin in (typing.Union, UnionType):
         args = typing.get_args(hint)
@@ -64,8 +69,7 @@ def _schema(hint: object, components: dict[str, Any]) -> dict[str, Any]:
                 "required": [
                     f.name
                     for f in fields
-                    if f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
                 ],
                 "description": (hint.__doc__ or "").strip().split("\n")[0],
             }
@@ -120,7 +124,7 @@ def openapi(version: str) -> dict[str, Any]:
             props[pname] = _schema(m.params[pname], components)
             if p.default is p.empty:
                 required.append(pname)
-        doc = (m_doc := getattr(wire.Store, name).__doc__ or "").strip()
+        doc = (m_doc := getattr(Store, name).__doc__ or "").strip()
         paths[f"/v1/{name}"] = {
             "post": {
                 "operationId": name,
@@ -142,9 +146,7 @@ def openapi(version: str) -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "the method's return value",
-                        "content": {
-                            "application/json": {"schema": _schema(m.returns, components)}
-                        },
+                        "content": {"application/json": {"schema": _schema(m.returns, components)}},
                     },
                     **{code: {"description": d, **err} for code, d in _STATUSES.items()},
                 },
