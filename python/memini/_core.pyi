@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from memini.types import Memory, Scored
 
-__all__ = ["Engine", "build_profile"]
+__all__ = ["Engine", "LocalModel", "build_profile"]
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
@@ -122,3 +122,15 @@ class Engine:
     def keyword_search(
         self, namespace: str, query: str, filter: FilterSpec, k: int
     ) -> builtins.list[Scored]: ...
+
+@final
+class LocalModel:
+    """all-MiniLM-L6-v2 loaded from its ``model.safetensors`` and ``tokenizer.json`` bytes;
+    ``embed`` tokenizes and runs the model without the GIL. Thread-safe."""
+
+    def __new__(cls, weights: bytes, tokenizer_json: bytes) -> LocalModel: ...
+    @property
+    def dims(self) -> int: ...
+    def token_ids(self, text: str) -> list[int]: ...
+    def embed(self, texts: list[str], batch: int) -> npt.NDArray[np.float32]:
+        """Unit vectors, shape (len(texts), dims)."""
