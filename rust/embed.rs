@@ -79,8 +79,9 @@ fn run_err(e: impl std::fmt::Display) -> Error {
 impl LocalModel {
     /// Loads a model from its `model.safetensors` and `tokenizer.json` bytes.
     pub fn load(weights: Vec<u8>, tokenizer_json: &[u8], cfg: BertConfig) -> Result<Self> {
-        let mut tokenizer = Tokenizer::from_bytes(tokenizer_json)
-            .map_err(|e| Error::invalid(format!("the model's tokenizer.json does not load: {e}")))?;
+        let mut tokenizer = Tokenizer::from_bytes(tokenizer_json).map_err(|e| {
+            Error::invalid(format!("the model's tokenizer.json does not load: {e}"))
+        })?;
         // tokenizer.json ships fixed padding to 128 and truncation at 128; sentence-transformers
         // overrides both: truncation at max_seq_length (specials included), padding per batch.
         tokenizer
@@ -163,7 +164,10 @@ impl LocalModel {
             .tokenizer
             .encode_batch_fast(inputs, true)
             .map_err(run_err)?;
-        let ids: Vec<&[u32]> = encodings.iter().map(tokenizers::Encoding::get_ids).collect();
+        let ids: Vec<&[u32]> = encodings
+            .iter()
+            .map(tokenizers::Encoding::get_ids)
+            .collect();
         // Longest first, so each batch is padded to a length close to all its members'.
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
@@ -181,54 +185,64 @@ impl LocalModel {
 
     /// One padded batch through the encoder, mean-pooled and normalised: `rows.len() x dims`.
     fn forward(&self, rows: &[&[u32]]) -> candle_core::Result<Vec<f32>> {
-        let (b, h) = (rows.len(), self.cfg.hidden);
-        let t = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
-        let mut ids = vec![0u32; b * t];
-        let mut mask = vec![0f32; b * t];
+        let (n, width) = (rows.len(), self.cfg.hidden);
+        let len = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
+        let mut ids = vec![0u32; n * len];
+        let mut mask = vec![0f32; n * len];
         for (r, row) in rows.iter().enumerate() {
-            ids[r * t..r * t + row.len()].copy_from_slice(row);
-            mask[r * t..r * t + row.len()].fill(1.0);
+            ids[r * len..r * len + row.len()].copy_from_slice(row);
+            mask[r * len..r * len + row.len()].fill(1.0);
         }
         let dev = Device::Cpu;
-        let ids = Tensor::from_vec(ids, (b, t), &dev)?;
-        let mask = Tensor::from_vec(mask, (b, t), &dev)?;
+        let ids = Tensor::from_vec(ids, (n, len), &dev)?;
+        let mask = Tensor::from_vec(mask, (n, len), &dev)?;
 
-        let x = self
+        let embedded = self
             .words
             .forward(&ids)?
-            .broadcast_add(&self.positions.narrow(0, 0, t)?)?
+            .broadcast_add(&self.positions.narrow(0, 0, len)?)?
             .broadcast_add(&self.token_type)?;
-        let mut x = self.emb_norm.forward(&x)?;
+        let mut states = self.emb_norm.forward(&embedded)?;
         // Padded keys get a large negative bias before the softmax (transformers uses the
         // dtype's minimum); their weight is exactly 0 after it.
-        let bias = ((mask.clone() - 1.0)? * 1e30)?.reshape((b, 1, 1, t))?;
+        let bias = ((mask.clone() - 1.0)? * 1e30)?.reshape((n, 1, 1, len))?;
         let heads = self.cfg.heads;
-        let hd = h / heads;
-        #[allow(clippy::cast_precision_loss, reason = "a head is at most a few hundred wide")]
-        let scale = 1.0 / (hd as f64).sqrt();
+        let head_width = width / heads;
+        #[allow(
+            clippy::cast_precision_loss,
+            reason = "a head is at most a few hundred wide"
+        )]
+        let scale = 1.0 / (head_width as f64).sqrt();
         let split = |y: Tensor| -> candle_core::Result<Tensor> {
-            y.reshape((b, t, heads, hd))?.transpose(1, 2)?.contiguous()
+            y.reshape((n, len, heads, head_width))?
+                .transpose(1, 2)?
+                .contiguous()
         };
-        for l in &self.layers {
-            let q = split((l.query.forward(&x)? * scale)?)?;
-            let k = split(l.key.forward(&x)?)?;
-            let v = split(l.value.forward(&x)?)?;
-            let scores = q.matmul(&k.t()?.contiguous()?)?.broadcast_add(&bias)?;
+        for layer in &self.layers {
+            let query = split((layer.query.forward(&states)? * scale)?)?;
+            let key = split(layer.key.forward(&states)?)?;
+            let value = split(layer.value.forward(&states)?)?;
+            let scores = query
+                .matmul(&key.t()?.contiguous()?)?
+                .broadcast_add(&bias)?;
             let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-            let ctx = probs
-                .matmul(&v)?
+            let context = probs
+                .matmul(&value)?
                 .transpose(1, 2)?
                 .contiguous()?
-                .reshape((b, t, h))?;
-            let a = l.attn_norm.forward(&(l.attn_out.forward(&ctx)? + &x)?)?;
-            let f = l.down.forward(&l.up.forward(&a)?.gelu_erf()?)?;
-            x = l.out_norm.forward(&(f + a)?)?;
+                .reshape((n, len, width))?;
+            let attended = layer
+                .attn_norm
+                .forward(&(layer.attn_out.forward(&context)? + &states)?)?;
+            let fed = layer
+                .down
+                .forward(&layer.up.forward(&attended)?.gelu_erf()?)?;
+            states = layer.out_norm.forward(&(fed + attended)?)?;
         }
         // Mean over the real tokens, then unit length.
-        let m = mask.unsqueeze(2)?;
-        let summed = x.broadcast_mul(&m)?.sum(1)?;
-        let counts = m.sum(1)?;
-        let mean = summed.broadcast_div(&counts)?;
+        let weights = mask.unsqueeze(2)?;
+        let summed = states.broadcast_mul(&weights)?.sum(1)?;
+        let mean = summed.broadcast_div(&weights.sum(1)?)?;
         let norm = mean.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.maximum(1e-12)?;
         mean.broadcast_div(&norm)?.flatten_all()?.to_vec1::<f32>()
     }
