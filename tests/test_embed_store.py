@@ -182,3 +182,22 @@ def test_local_embedder_finds_typed_queries(where: Path | None) -> None:
             q = s._embed_query(query)
             assert q is not None
             assert s.vector_search("n", q, k=1)[0].memory.id == want, query
+
+
+def test_recall_embeds_its_query(where: Path | None) -> None:
+    e = LetterEmbedder()
+    with Store.open(where, embedder=e, metric="cos") as s:
+        s.upsert_many(
+            [
+                Memory(id="tea", namespace="n", content="green tea every morning"),
+                Memory(id="car", namespace="n", content="the car is parked outside"),
+            ]
+        )
+        e.calls.clear()
+        hits = s.recall("n", "green tea", k=2)
+        assert e.calls == [["green tea"]]
+        assert hits[0].memory.id == "tea"
+        assert hits[0].vector_score is not None and hits[0].keyword_score is not None
+        e.calls.clear()
+        s.recall("n", "green tea", vector=e.embed(["tea"])[0], k=2)  # a given vector wins
+        assert e.calls == [["tea"]]
