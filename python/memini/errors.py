@@ -49,11 +49,10 @@ class CorruptionError(MeminiError):
 
 
 class UnavailableError(MeminiError):
-    """A server (or an embedding service) cannot be reached, or is shutting down.
-
-    From a `memini.client.RemoteStore` write, it means the outcome is unknown: the write
-    may or may not have been applied (see the class docs for what to do).
-    """
+    """A service memini depends on (a served store, an embedding service) cannot be
+    reached, timed out, kept failing after retries, or is shutting down; the same call may
+    succeed later. From a `memini.client.RemoteStore` write it means the outcome is unknown:
+    the write may or may not have been applied (see `memini.client`)."""
 
 
 class AuthError(MeminiError):
