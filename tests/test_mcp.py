@@ -18,6 +18,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 import memini
+from embed_helpers import needs_weights
 from memini import APIKey, EventFilter, EventKind, hash_api_key
 from memini.server import Server, ServerOptions
 
@@ -138,3 +139,41 @@ def test_mcp_over_stdio(tmp_path: Path) -> None:
     anyio.run(main)
     with memini.Store.open(store) as s:  # the stdio server closed the store cleanly
         assert s.count("agent-1") == 1
+
+
+@needs_weights
+def test_mcp_text_in_with_the_local_embedder(tmp_path: Path) -> None:
+    """``--embedder local``: remembered text is embedded, and recall finds it by meaning."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "memini.cli",
+            "mcp",
+            "--store",
+            str(tmp_path / "store"),
+            "--namespace",
+            "agent",
+            "--embedder",
+            "local",
+        ],
+    )
+
+    async def main() -> None:
+        with anyio.fail_after(180):
+            async with (
+                stdio_client(params) as (read, write, *_),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                for text in ("the user drinks espresso every morning", "the cat is named Tom"):
+                    await session.call_tool("memory_remember", {"content": text})
+                hits = _data(
+                    await session.call_tool("memory_recall", {"query": "hot beverage", "k": 1})
+                )
+                assert hits[0]["memory"]["content"].startswith("the user drinks espresso")
+                assert hits[0]["vector_score"] is not None
+
+    anyio.run(main)
+    with memini.Store.open(tmp_path / "store") as s:
+        assert s.embed_model() == "all-MiniLM-L6-v2"

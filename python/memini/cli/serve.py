@@ -27,13 +27,8 @@ def embedder_option(text: str) -> Any:
     """
     if text == "none":
         return None
-    try:
-        from memini import embed  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:
-        raise CliError(
-            f"--embedder {text}: this memini has no embedders (memini.embed); "
-            "use --embedder none and send vectors"
-        ) from None
+    from memini import embed
+
     if text == "local":
         return embed.LocalEmbedder()
     if text.startswith("openai:") and "#" in text:

@@ -8,9 +8,11 @@ unchanged. The namespace is never a tool argument: over stdio it is ``--namespac
 HTTP it is the API key's ``default_ns`` (when inside its home) or ``home_ns``, and for the
 admin / open access the server's ``mcp_namespace``.
 
-Text in: a memory is stored with the vector the store's embedder makes of its content when
-the store has one; without one, ``memory_remember`` stores a keyword-only row unless an
-``embedding`` is given, and ``memory_recall`` searches by keywords (or by ``vector``).
+Text in: a memory is stored with the vector the store's embedder (``--embedder``) makes of
+its content, and ``memory_recall`` is `Store.recall` (vector and keyword legs fused), its
+query embedded by the same embedder. Without an embedder, ``memory_remember`` stores a
+keyword-only row unless an ``embedding`` is given, and ``memory_recall`` is the keyword leg
+alone (or both, given a ``vector``).
 Errors reach the model as tool errors naming the memini error class and its message.
 """
 
@@ -117,12 +119,7 @@ def build_mcp(service: Service, resolve: Any) -> MCPServer[Any]:
     ) -> list[dict[str, Any]]:
         """Find the memories best matching a query (by meaning and words), best first."""
         f = Filter(tiers=tiers or (), tags=tags or ())  # type: ignore[arg-type]
-        if "recall" in wire.METHODS:
-            hits = await invoke(ctx, "recall", query=query, vector=vector, filter=f, k=k)
-        elif vector is not None:
-            hits = await invoke(ctx, "vector_search", vector=vector, filter=f, k=k)
-        else:
-            hits = await invoke(ctx, "keyword_search", query=query, filter=f, k=k)
+        hits = await invoke(ctx, "recall", query=query, vector=vector, filter=f, k=k)
         result: list[dict[str, Any]] = _plain(hits)
         return result
 
