@@ -394,6 +394,7 @@ def test_reinforce_counts_one_access_per_returned_row_durably(
         assert sum(m.access_count for m in s.list("a") + s.list("b")) == 4
 
 
+@pytest.mark.local_only  # injects a fault into the in-process engine
 def test_a_failed_reinforce_changes_nothing_and_raises(store: Store) -> None:
     store.upsert_many([mem(f"a{i}", f"topic {i}") for i in range(4)])
     store._engine.inject_fault("write", 1)
