@@ -284,11 +284,14 @@ impl VectorIndex {
     pub fn index_loaded(&mut self, ns: &str, keys: &[u64]) {
         let mut keys = keys.to_vec();
         keys.sort_unstable();
-        let vectors = self.vectors(ns, &keys);
-        if let Some(Partition::Graph(g)) = self.parts.get_mut(ns) {
-            for (k, v) in keys.iter().zip(vectors) {
-                if let Some(v) = v {
-                    g.index(*k, &v);
+        // in chunks: the vectors of a whole graph at once doubled the memory peak of an open
+        for chunk in keys.chunks(4096) {
+            let vectors = self.vectors(ns, chunk);
+            if let Some(Partition::Graph(g)) = self.parts.get_mut(ns) {
+                for (k, v) in chunk.iter().zip(vectors) {
+                    if let Some(v) = v {
+                        g.index(*k, &v);
+                    }
                 }
             }
         }
