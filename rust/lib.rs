@@ -4,17 +4,21 @@
 //! - [`columns`] and [`filter`]: in-memory filter columns and compiled filters;
 //! - [`vector`]: usearch HNSW per namespace plus exact scans;
 //! - [`keyword`]: tantivy BM25;
-//! - [`engine`]: locking, group commit, recovery and search planning.
+//! - [`rank`]: the ranking helpers (salience, confidence decay, quality);
+//! - [`engine`]: locking, group commit, recovery and search planning;
+//! - [`embed`]: the local text embedder (a BERT sentence model on candle).
 //!
 //! The Python binding lives in `python/` behind the `python` feature; nothing else here
 //! knows about Python.
 
 pub mod columns;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod filter;
 pub mod keyword;
 pub mod pool;
+pub mod rank;
 pub mod rows;
 pub mod types;
 pub mod vector;
@@ -22,7 +26,7 @@ pub mod vector;
 #[cfg(feature = "python")]
 mod python;
 
-pub use engine::{Engine, FaultPoint, Options, Stats};
+pub use engine::{Engine, FaultPoint, Fusion, Options, RecallQuery, Recalled, Source, Stats};
 pub use error::{Error, Result};
 pub use types::{
     FilterSpec, Level, Memory, MemoryPatch, Metric, Micros, NewMemory, Scored, SortKey, Tier,

@@ -14,6 +14,7 @@ from memini.errors import (
     NotFoundError,
     StoreClosedError,
     StoreLockedError,
+    UnavailableError,
 )
 from memini.metrics import Metrics, PrometheusMetrics
 from memini.store import Store
@@ -27,6 +28,7 @@ from memini.types import (
     Memory,
     NamespaceActivity,
     NamespaceLink,
+    Recalled,
     Scored,
     Sort,
     SortKey,
@@ -56,6 +58,7 @@ __all__ = [
     "NamespaceLink",
     "NotFoundError",
     "PrometheusMetrics",
+    "Recalled",
     "Scored",
     "Sort",
     "SortKey",
@@ -63,6 +66,7 @@ __all__ = [
     "StoreClosedError",
     "StoreLockedError",
     "Tier",
+    "UnavailableError",
     "fingerprint",
     "grow_confidence",
     "hash_api_key",

@@ -13,6 +13,7 @@ import atexit
 import builtins
 import functools
 import logging
+import math
 import os
 import stat
 import threading
@@ -30,7 +31,8 @@ from memini import _convert as cv
 from memini import _values as vals
 from memini._core import Engine
 from memini._sqlite import MetaDB
-from memini.errors import InvalidArgumentError, StoreClosedError
+from memini.embed import Embedder, check_vectors
+from memini.errors import DimensionMismatchError, InvalidArgumentError, StoreClosedError
 from memini.metrics import GuardedMetrics, Metrics, NullMetrics, check_metrics
 from memini.types import (
     APIKey,
@@ -40,6 +42,7 @@ from memini.types import (
     Memory,
     NamespaceActivity,
     NamespaceLink,
+    Recalled,
     Scored,
     Tier,
 )
@@ -56,6 +59,13 @@ _MAX_SEARCH_BREADTH = 1 << 24
 # was found missing and recreated empty
 _META_DB = "meta_db"
 _META_DB_LOST = "meta_db_lost"
+# recall (API.md section 6): defaults measured on locomo-dev (see Store.recall)
+_DEFAULT_FUSION: Literal["convex", "rrf"] = "convex"
+_DEFAULT_ALPHA = 0.5
+_DEFAULT_RRF_K = 5.0
+_MIN_POOL = 50
+_MAX_RECALL_NAMESPACES = 64
+_LINK_DEFAULT_TIERS = (Tier.SEMANTIC, Tier.PROCEDURAL)
 
 # Stores opened in this process, closed in a forked child (the parent keeps its lock).
 _open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -93,6 +103,22 @@ def _k(k: object) -> int:
     if n < 1:
         raise InvalidArgumentError(f"k must be >= 1, got {k}")
     return n
+
+
+def _namespaces(namespace: object) -> list[str]:
+    """recall's ``namespace``: one str, or a non-empty sequence of at most 64 (repeats once)."""
+    if isinstance(namespace, str):
+        return [_text(namespace, "namespace")]
+    names = _texts(namespace, "namespace")
+    if not names:
+        raise InvalidArgumentError("namespace list is empty: name at least one namespace")
+    unique = list(dict.fromkeys(names))
+    if len(unique) > _MAX_RECALL_NAMESPACES:
+        raise InvalidArgumentError(
+            f"recall searches at most {_MAX_RECALL_NAMESPACES} namespaces at once, "
+            f"got {len(unique)} (split the call, or link namespaces and use linked=True)"
+        )
+    return unique
 
 
 def _int(value: object, what: str) -> int:
@@ -157,6 +183,39 @@ def _pair_meta_db(engine: Engine, meta: MetaDB, path: Path) -> None:
         )
 
 
+def _embedder_dims(embedder: object, dims: int | None) -> int:
+    """The dims of a store opened with ``embedder`` (checked to be an `Embedder`)."""
+    if not callable(getattr(embedder, "embed", None)) or not hasattr(embedder, "model"):
+        raise InvalidArgumentError(
+            f"embedder must have model, dims and embed(texts) (see memini.embed.Embedder), "
+            f"got {type(embedder).__name__}"
+        )
+    e_dims = getattr(embedder, "dims", None)
+    if not isinstance(embedder.model, str) or not embedder.model:
+        raise InvalidArgumentError("embedder.model must be a non-empty str")
+    if isinstance(e_dims, bool) or not isinstance(e_dims, int) or not 1 <= e_dims <= _MAX_DIMS:
+        raise InvalidArgumentError(f"embedder.dims must be an int >= 1, got {e_dims!r}")
+    if dims is not None and dims != e_dims:
+        raise DimensionMismatchError(
+            f"dims={dims} but the embedder {embedder.model!r} makes {e_dims}-d vectors "
+            "(drop dims=: it comes from the embedder)"
+        )
+    return e_dims
+
+
+def _pair_embed_model(engine: Engine, model: str) -> None:
+    """Record ``model`` as the store's embed_model, or refuse a store recording another."""
+    stored = engine.embed_model()
+    if not stored:
+        engine.set_embed_model(model)
+    elif stored != model:
+        raise DimensionMismatchError(
+            f"the store's vectors come from embed_model {stored!r}, not from the embedder's "
+            f"{model!r}: open it with an embedder of {stored!r}, or copy the memories into "
+            "a new store re-embedded with the new model"
+        )
+
+
 def _now(now: datetime | None, what: str = "now") -> int:
     return vals.now_micros() if now is None else vals.to_micros(now, what)
 
@@ -189,9 +248,17 @@ class Store:
     Every write method returns only once its change is durable.
     """
 
-    def __init__(self, engine: Engine, meta: MetaDB, metrics: Metrics, path: Path | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        meta: MetaDB,
+        metrics: Metrics,
+        path: Path | None,
+        embedder: Embedder | None = None,
+    ) -> None:
         """Internal: use `Store.open`."""
         self._engine = engine
+        self._embedder = embedder
         self._meta = meta
         self._metrics = GuardedMetrics(metrics)
         self._path = path
@@ -212,6 +279,7 @@ class Store:
         metric: Literal["l2", "cos", "ip"] | None = None,
         metrics: Metrics | None = None,
         search_breadth: int | None = None,
+        embedder: Embedder | None = None,
     ) -> Store:
         """Open (or create) the store in directory ``path``; ``None`` = ephemeral, in memory.
 
@@ -236,14 +304,26 @@ class Store:
                 128: 0.987 @ 1,087; 256: 0.995 @ 627. A search for ``k`` results always
                 keeps at least ``k`` candidates. Between 1 and 2**24; a setting of this
                 open, not stored in the store.
+            embedder: Turns text into vectors (`memini.embed.LocalEmbedder`,
+                `memini.embed.OpenAIEmbedder` or any `memini.embed.Embedder`). The store's
+                dims come from it, and its ``model`` is the store's ``embed_model``: a store
+                with none recorded yet (a new one, or one made without an embedder) records
+                it; a store recording another model is refused, so vectors of two models
+                never mix. `upsert`, `upsert_many` and `update` then embed the ``content``
+                of rows given no embedding (one ``embed`` call per `upsert_many`; a row
+                whose content is blank stays keyword-only), and `recall` embeds its query.
 
         Raises:
             InvalidArgumentError: Missing/invalid dims, an unknown metric, an empty path or
                 one that is a file, a ``metrics`` object lacking protocol methods (named),
                 or a ``search_breadth`` out of range.
-            DimensionMismatchError: dims/metric differ from the stored ones.
+            DimensionMismatchError: dims/metric differ from the stored ones; ``dims`` differs
+                from the embedder's; the store records another embed_model than the
+                embedder's ``model``.
             StoreLockedError: Another live Store holds the directory.
         """
+        if embedder is not None:
+            dims = _embedder_dims(embedder, dims)
         if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int)):
             raise InvalidArgumentError(f"dims must be an int >= 1, got {type(dims).__name__}")
         if dims is not None and not 1 <= dims <= _MAX_DIMS:
@@ -273,11 +353,13 @@ class Store:
         try:
             if p is not None:
                 _pair_meta_db(engine, meta, p)
+            if embedder is not None:
+                _pair_embed_model(engine, embedder.model)
         except BaseException:
             meta.close()
             engine.close()
             raise
-        return cls(engine, meta, checked, p)
+        return cls(engine, meta, checked, p, embedder)
 
     def _check(self) -> None:
         if self._forked or self._closed:
@@ -383,6 +465,7 @@ class Store:
         """
         self._check()
         row = cv.memory_to_row(memory, self._dims)
+        self._embed_rows([row])
         (inserted,) = self._engine.upsert_many([row])
         self._report_upsert(inserted, memory)
 
@@ -399,6 +482,7 @@ class Store:
             )
         ms = list(memories)
         rows = [cv.memory_to_row(m, self._dims) for m in ms]
+        self._embed_rows(rows)
         inserted = self._engine.upsert_many(rows)
         for ins, m in zip(inserted, ms, strict=True):
             self._report_upsert(ins, m)
@@ -421,9 +505,35 @@ class Store:
         self._check()
         ns, key = _text(namespace, "namespace"), _text(id, "id")
         row = cv.fields_to_row(fields, self._dims, id=key)
+        if "content" in row and "embedding" not in row and self._embedder is not None:
+            # the stored vector was of the old content: embed the new one (blank: none)
+            row["embedding"] = None
+            self._embed_rows([row])
         stored = self._engine.update(ns, key, row)
         self._metrics.upsert("update", str(stored.tier), _memory_type(stored))
         return stored
+
+    def _embed_rows(self, rows: builtins.list[dict[str, Any]]) -> None:
+        """With an embedder, fill ``embedding`` of the rows that have none from their content
+        (blank content stays keyword-only), in one ``embed`` call."""
+        if self._embedder is None:
+            return
+        todo = [r for r in rows if r.get("embedding") is None and r["content"].strip()]
+        if not todo:
+            return
+        vectors = check_vectors(
+            self._embedder.embed([r["content"] for r in todo]), len(todo), self._embedder
+        )
+        for r, v in zip(todo, vectors, strict=True):
+            r["embedding"] = v
+
+    def _embed_query(self, text: str) -> npt.NDArray[np.float32] | None:
+        """The embedder's vector of a query, None without an embedder or for a blank query."""
+        if self._embedder is None or not text.strip():
+            return None
+        vectors = check_vectors(self._embedder.embed([text]), 1, self._embedder)
+        vector: npt.NDArray[np.float32] = vectors[0]
+        return vector
 
     def delete(self, namespace: str, id: str) -> None:
         """Delete a memory.
@@ -738,6 +848,131 @@ class Store:
         q = query.encode("utf-8", "replace").decode("utf-8")
         spec = cv.filter_to_spec(filter)
         return self._engine.keyword_search(_text(namespace, "namespace"), q, spec, k)
+
+    def recall(
+        self,
+        namespace: str | Sequence[str],
+        query: str = "",
+        vector: npt.ArrayLike | None = None,
+        filter: Filter | None = None,
+        k: int = 10,
+        *,
+        fusion: Literal["convex", "rrf"] | None = None,
+        alpha: float | None = None,
+        rrf_k: float | None = None,
+        pool: int | None = None,
+        rerank: Literal["quality"] | None = "quality",
+        dedup: bool = True,
+        linked: bool = False,
+        reinforce: bool = False,
+    ) -> builtins.list[Recalled]:
+        """Hybrid recall: the memories best matching ``query`` by words and ``vector`` by
+        meaning, fused, reranked and deduplicated, in one call to the core.
+
+        Both legs run inside the core without the GIL, on one consistent view of the store:
+        `vector_search` of ``vector`` and `keyword_search` of ``query``, each taking ``pool``
+        candidates (default ``max(5 * k, 50)``) per namespace under ``filter`` (every field,
+        the live rule and ``as_of`` included). A leg without input (``vector=None``, or a
+        query with no word) is skipped and recall is the other leg alone, with that search's
+        scores; with neither, the result is empty. A store opened with an ``embedder``
+        embeds a non-blank ``query`` when no ``vector`` is given, so text alone runs both
+        legs.
+
+        Fusion (when both legs ran), over each leg's candidates from all namespaces:
+        ``"convex"`` min-max normalises each leg's scores to [0, 1] (all equal -> 1; a leg
+        that missed a row gives it 0) and adds ``alpha * vector + (1 - alpha) * keyword``;
+        ``"rrf"`` adds ``1 / (rrf_k + rank)`` (rank 0-based, ties by id) over the legs that
+        found the row. ``alpha`` and ``rrf_k`` are checked whenever given and used by their
+        fusion. ``None`` means the defaults: ``"convex"``, ``alpha=0.5``, ``rrf_k=5``.
+
+        ``rerank="quality"`` multiplies each fused score, divided by the best one, by
+        ``0.8 + 0.2 * quality / max_quality`` over the candidates (`Memory.quality` at
+        ``filter.now`` or the wall clock; a max of 0 leaves scores as they are). Scores that
+        can be negative (a cosine or inner-product vector leg alone) are min-max normalised
+        instead of divided by the best. ``dedup`` keeps only the best row per
+        `normalize_content` (rows with equal `fingerprint`).
+
+        ``namespace`` may be a list (at most 64; a repeat counts once): each is searched and
+        the results ranked together; ``via`` names where each was found. ``linked=True``
+        then adds every namespace those link to (`list_links`, one hop; a namespace already
+        listed is searched whole), taking from each only its link's tiers (None = semantic
+        and procedural; several links to one namespace: the union), intersected with
+        ``filter.tiers``. Nothing from another namespace ever appears.
+
+        Returns ``min(k, rows found by either leg after filter and dedup)`` results, best
+        first, ties by id: the same store state and arguments give the same list.
+        ``reinforce=True`` then counts an access on every returned row (``access_count + 1``,
+        ``last_accessed_at`` = the reference instant above) in one atomic, durable batch
+        before returning; the returned memories show the rows as they were found.
+
+        Raises:
+            InvalidArgumentError: ``k < 1``, ``pool < k``, ``alpha`` outside [0, 1],
+                ``rrf_k <= 0``, an unknown ``fusion`` or ``rerank``, an empty namespace
+                list or one of more than 64, a malformed filter.
+            DimensionMismatchError: ``vector`` of the wrong length.
+        """
+        self._check()
+        k = _k(k)
+        names = _namespaces(namespace)
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        q = query.encode("utf-8", "replace").decode("utf-8")
+        vec = None if vector is None else vals.query_to_array(vector, self._dims)
+        spec = cv.filter_to_spec(filter)
+        if pool is None:
+            size = max(5 * k, _MIN_POOL)
+        else:
+            size = _int(pool, "pool")
+            if size < k:
+                raise InvalidArgumentError(f"pool must be >= k, got pool={size} and k={k}")
+        how = _DEFAULT_FUSION if fusion is None else fusion
+        a = _DEFAULT_ALPHA if alpha is None else vals.check_float(alpha, "alpha")
+        if not 0.0 <= a <= 1.0:
+            raise InvalidArgumentError(f"alpha must be in [0, 1], got {alpha}")
+        rk = _DEFAULT_RRF_K if rrf_k is None else vals.check_float(rrf_k, "rrf_k")
+        if not (rk > 0.0 and math.isfinite(rk)):
+            raise InvalidArgumentError(f"rrf_k must be a finite number > 0, got {rrf_k}")
+        if how not in ("convex", "rrf"):
+            raise InvalidArgumentError(f"unknown fusion {fusion!r} (use 'convex' or 'rrf')")
+        if rerank not in ("quality", None):
+            raise InvalidArgumentError(f"unknown rerank {rerank!r} (use 'quality' or None)")
+        dedup = vals.check_bool(dedup, "dedup")
+        sources: builtins.list[tuple[str, builtins.list[str] | None]] = [(n, None) for n in names]
+        if vals.check_bool(linked, "linked"):
+            sources += self._linked_sources(names)
+        reinforce = vals.check_bool(reinforce, "reinforce")
+        if vec is None:
+            vec = self._embed_query(q)  # with an embedder; None for a blank query
+        found = self._engine.recall(
+            sources,
+            q,
+            vec,
+            spec,
+            k,
+            size,
+            how,
+            a if how == "convex" else rk,
+            rerank == "quality",
+            dedup,
+        )
+        if reinforce and found:
+            rows = [(r.via, r.memory.id) for r in found]
+            self._engine.reinforce_rows(rows, spec["now"])
+        return found
+
+    def _linked_sources(
+        self, names: builtins.list[str]
+    ) -> builtins.list[tuple[str, builtins.list[str] | None]]:
+        """The namespaces ``names`` link to (not among them), each with the union of its
+        links' tiers (a link's None = semantic and procedural), in order of first link."""
+        tiers: dict[str, set[Tier]] = {}
+        for src in names:
+            for link in self._meta.list_links(src):
+                if link.dst in names:
+                    continue
+                allowed = _LINK_DEFAULT_TIERS if link.tiers is None else link.tiers
+                tiers.setdefault(link.dst, set()).update(Tier(t) for t in allowed)
+        return [(dst, sorted(t.value for t in ts)) for dst, ts in tiers.items()]
 
     # ------------------------------------------------------------------ links (SQLite)
 
