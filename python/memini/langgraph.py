@@ -165,13 +165,12 @@ def _check_labels(namespace: tuple[str, ...]) -> None:
 
 
 def _check_put_namespace(namespace: tuple[str, ...]) -> None:
+    """A put's namespace: LangGraph's label rules and at least one label. (The reserved
+    root label ``"langgraph"`` is refused by `BaseStore.put` itself, as in LangGraph: a
+    `PutOp` passed to `batch` may use it.)"""
     _check_labels(namespace)
     if not namespace:
         raise InvalidNamespaceError("Namespace cannot be empty.")
-    if namespace[0] == "langgraph":
-        raise InvalidNamespaceError(
-            f'Root label for namespace cannot be "langgraph". Got: {namespace}'
-        )
 
 
 # ---------------------------------------------------------------------- filters
@@ -614,13 +613,14 @@ class MeminiStore(BaseStore):
         return m if ok and self._live(m) else None
 
     def _refresh(self, rows: list[Memory]) -> None:
-        """Restart the TTL of the items read (one `reinforce` per namespace and TTL)."""
+        """Restart the TTL of the items read (one `reinforce` per namespace and TTL). An item
+        already expired stays expired: reading it does not bring it back."""
         groups: dict[tuple[str, float], list[str]] = defaultdict(list)
+        now = self._now()
         for m in rows:
             minutes = m.metadata.get(_TTL)
-            if isinstance(minutes, int | float) and m.expires_at is not None:
+            if isinstance(minutes, int | float) and m.expires_at is not None and m.expires_at > now:
                 groups[(m.namespace, float(minutes))].append(m.id)
-        now = self._now()
         for (ns, minutes), ids in groups.items():
             self._store.reinforce(ns, sorted(set(ids)), now, now + timedelta(minutes=minutes))
 
