@@ -25,10 +25,11 @@ How an item is stored (one home for the layout; a test reads rows back through i
 - the item is the row with id ``'["<namespace>", "<key>"]'`` (JSON: unique across
   namespaces, as memini ids must be) and ``metadata["memory_type"] = "langgraph"``; the value
   is kept as exact JSON text in ``metadata["$value"]`` (ints, floats, big ints and key order
-  round-trip), each top-level string field also as ``metadata["value.<field>"]`` so that
-  equality filters on it run in the core; ``content`` is the indexed text (the ``fields``
-  texts, one per line: the keyword leg of `Store.recall` searches it); the embedding is the
-  first text's vector; ``expires_at`` = last write or refresh + ``metadata["$ttl"]`` minutes.
+  round-trip), each top-level string field of at most 256 characters also as
+  ``metadata["value.<field>"]`` so that equality filters on it run in the core;
+  ``content`` is the indexed text (the ``fields`` texts, one per line: the keyword leg of
+  `Store.recall` searches it); the embedding is the first text's vector; ``expires_at`` =
+  the last write or refresh + ``metadata["$ttl"]`` minutes.
 - an item with more than one indexed text (several ``fields``, or a ``[*]`` path) has one
   more row per extra text (id ``'["<namespace>", "<key>", i]'``, ``memory_type``
   ``"langgraph-vector"``, the same ``value.*`` mirrors): a search keeps each item's best
@@ -88,6 +89,7 @@ _VALUE = "$value"
 _TTL = "$ttl"
 _INDEXED = "$indexed"  # "yes" when the item has at least one vector
 _FIELD = "value."  # prefix of the mirrored top-level string fields
+_MIRROR_MAX = 256  # longer strings (texts) are not mirrored: filters on them run in Python
 _MAX_NAMESPACES_PER_RECALL = 64
 _INDEX_KEYS = frozenset({"dims", "embed", "fields"})
 _TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"})
@@ -212,6 +214,11 @@ def _compare(value: Any, op: str, arg: Any) -> bool:
     return a <= b  # "$lte"; others are refused by _split_filter
 
 
+def _mirrored(value: Any) -> bool:
+    """Whether a top-level field value is mirrored into the row's metadata (short strings)."""
+    return isinstance(value, str) and len(value) <= _MIRROR_MAX
+
+
 def _split_filter(flt: dict[str, Any] | None) -> tuple[dict[str, str], dict[str, str], bool]:
     """The parts of a LangGraph filter the core can evaluate exactly — string equality
     (``metadata``) and string inequality (``exclude_metadata``) on top-level fields — and
@@ -226,7 +233,7 @@ def _split_filter(flt: dict[str, Any] | None) -> tuple[dict[str, str], dict[str,
             wanted if isinstance(wanted, dict) and any(str(k)[:1] == "$" for k in wanted) else None
         )
         if ops is None:
-            if isinstance(wanted, str) and key not in eq:
+            if _mirrored(wanted) and key not in eq:
                 eq[key] = wanted
             else:
                 rest = True
@@ -237,9 +244,9 @@ def _split_filter(flt: dict[str, Any] | None) -> tuple[dict[str, str], dict[str,
                     f"unsupported filter operator {op!r} on {key!r} "
                     f"(use one of {', '.join(sorted(_OPERATORS))})"
                 )
-            if op == "$eq" and isinstance(arg, str) and key not in eq:
+            if op == "$eq" and _mirrored(arg) and key not in eq:
                 eq[key] = arg
-            elif op == "$ne" and isinstance(arg, str) and key not in ne:
+            elif op == "$ne" and _mirrored(arg) and key not in ne:
                 ne[key] = arg
             else:
                 rest = True
@@ -798,7 +805,7 @@ class MeminiStore(BaseStore):
         value = put.op.value or {}
         ttl = put.op.ttl
         now = self._now()
-        mirrors = {_FIELD + k: v for k, v in value.items() if isinstance(v, str)}
+        mirrors = {_FIELD + k: v for k, v in value.items() if _mirrored(v)}
         meta: dict[str, Any] = {"memory_type": ITEM, _VALUE: put.value_json, **mirrors}
         if ttl is not None:
             meta[_TTL] = ttl
