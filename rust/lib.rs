@@ -4,6 +4,7 @@
 //! - [`columns`] and [`filter`]: in-memory filter columns and compiled filters;
 //! - [`vector`]: usearch HNSW per namespace plus exact scans;
 //! - [`keyword`]: tantivy BM25;
+//! - [`rank`]: the ranking helpers (salience, confidence decay, quality);
 //! - [`engine`]: locking, group commit, recovery and search planning.
 //!
 //! The Python binding lives in `python/` behind the `python` feature; nothing else here
@@ -15,6 +16,7 @@ pub mod error;
 pub mod filter;
 pub mod keyword;
 pub mod pool;
+pub mod rank;
 pub mod rows;
 pub mod types;
 pub mod vector;
@@ -22,7 +24,7 @@ pub mod vector;
 #[cfg(feature = "python")]
 mod python;
 
-pub use engine::{Engine, FaultPoint, Options, Stats};
+pub use engine::{Engine, FaultPoint, Fusion, Options, RecallQuery, Recalled, Source, Stats};
 pub use error::{Error, Result};
 pub use types::{
     FilterSpec, Level, Memory, MemoryPatch, Metric, Micros, NewMemory, Scored, SortKey, Tier,

@@ -19,9 +19,9 @@ from typing import Any, Literal, TypeAlias, TypedDict, final
 import numpy as np
 import numpy.typing as npt
 
-from memini.types import Memory, Scored
+from memini.types import Memory, Recalled, Scored
 
-__all__ = ["Engine", "build_profile"]
+__all__ = ["Engine", "build_profile", "ranking"]
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
@@ -45,6 +45,16 @@ class FilterSpec(TypedDict):
     sort_asc: bool
 
 def build_profile() -> Literal["release", "debug"]: ...
+def ranking(
+    tier: str,
+    importance: float,
+    confidence: float | None,
+    updated_at: int | None,
+    last_accessed_at: int | None,
+    access_count: int,
+    now: int,
+) -> tuple[float, float, float, float, float]:
+    """(salience, effective_confidence, durable_score, recency, quality) at ``now``."""
 
 @final
 class Engine:
@@ -122,3 +132,20 @@ class Engine:
     def keyword_search(
         self, namespace: str, query: str, filter: FilterSpec, k: int
     ) -> builtins.list[Scored]: ...
+    def recall(
+        self,
+        sources: builtins.list[tuple[str, builtins.list[str] | None]],
+        query: str,
+        vector: npt.NDArray[np.float32] | None,
+        filter: FilterSpec,
+        k: int,
+        pool: int,
+        fusion: Literal["convex", "rrf"],
+        fusion_param: float,
+        quality: bool,
+        dedup: bool,
+    ) -> builtins.list[Recalled]:
+        """Hybrid recall over (namespace, tiers or None) sources; ``fusion_param`` is alpha
+        (convex) or rrf_k."""
+    def reinforce_rows(self, rows: builtins.list[tuple[str, str]], accessed_at: int) -> None:
+        """`reinforce` of (namespace, id) pairs across namespaces in one durable batch."""

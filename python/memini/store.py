@@ -13,6 +13,7 @@ import atexit
 import builtins
 import functools
 import logging
+import math
 import os
 import stat
 import threading
@@ -40,6 +41,7 @@ from memini.types import (
     Memory,
     NamespaceActivity,
     NamespaceLink,
+    Recalled,
     Scored,
     Tier,
 )
@@ -56,6 +58,13 @@ _MAX_SEARCH_BREADTH = 1 << 24
 # was found missing and recreated empty
 _META_DB = "meta_db"
 _META_DB_LOST = "meta_db_lost"
+# recall (API.md section 6): defaults measured on locomo-dev (see Store.recall)
+_DEFAULT_FUSION: Literal["convex", "rrf"] = "convex"
+_DEFAULT_ALPHA = 0.5
+_DEFAULT_RRF_K = 5.0
+_MIN_POOL = 50
+_MAX_RECALL_NAMESPACES = 64
+_LINK_DEFAULT_TIERS = (Tier.SEMANTIC, Tier.PROCEDURAL)
 
 # Stores opened in this process, closed in a forked child (the parent keeps its lock).
 _open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -93,6 +102,22 @@ def _k(k: object) -> int:
     if n < 1:
         raise InvalidArgumentError(f"k must be >= 1, got {k}")
     return n
+
+
+def _namespaces(namespace: object) -> list[str]:
+    """recall's ``namespace``: one str, or a non-empty sequence of at most 64 (repeats once)."""
+    if isinstance(namespace, str):
+        return [_text(namespace, "namespace")]
+    names = _texts(namespace, "namespace")
+    if not names:
+        raise InvalidArgumentError("namespace list is empty: name at least one namespace")
+    unique = list(dict.fromkeys(names))
+    if len(unique) > _MAX_RECALL_NAMESPACES:
+        raise InvalidArgumentError(
+            f"recall searches at most {_MAX_RECALL_NAMESPACES} namespaces at once, "
+            f"got {len(unique)} (split the call, or link namespaces and use linked=True)"
+        )
+    return unique
 
 
 def _int(value: object, what: str) -> int:
@@ -740,6 +765,127 @@ class Store:
         q = query.encode("utf-8", "replace").decode("utf-8")
         spec = cv.filter_to_spec(filter)
         return self._engine.keyword_search(_text(namespace, "namespace"), q, spec, k)
+
+    def recall(
+        self,
+        namespace: str | Sequence[str],
+        query: str = "",
+        vector: npt.ArrayLike | None = None,
+        filter: Filter | None = None,
+        k: int = 10,
+        *,
+        fusion: Literal["convex", "rrf"] | None = None,
+        alpha: float | None = None,
+        rrf_k: float | None = None,
+        pool: int | None = None,
+        rerank: Literal["quality"] | None = "quality",
+        dedup: bool = True,
+        linked: bool = False,
+        reinforce: bool = False,
+    ) -> builtins.list[Recalled]:
+        """Hybrid recall: the memories best matching ``query`` by words and ``vector`` by
+        meaning, fused, reranked and deduplicated, in one call to the core.
+
+        Both legs run inside the core without the GIL, on one consistent view of the store:
+        `vector_search` of ``vector`` and `keyword_search` of ``query``, each taking ``pool``
+        candidates (default ``max(5 * k, 50)``) per namespace under ``filter`` (every field,
+        the live rule and ``as_of`` included). A leg without input (``vector=None``, or a
+        query with no word) is skipped and recall is the other leg alone, with that search's
+        scores; with neither, the result is empty.
+
+        Fusion (when both legs ran), over each leg's candidates from all namespaces:
+        ``"convex"`` min-max normalises each leg's scores to [0, 1] (all equal -> 1; a leg
+        that missed a row gives it 0) and adds ``alpha * vector + (1 - alpha) * keyword``;
+        ``"rrf"`` adds ``1 / (rrf_k + rank)`` (rank 0-based, ties by id) over the legs that
+        found the row. ``alpha`` and ``rrf_k`` are checked whenever given and used by their
+        fusion. ``None`` means the defaults: ``"convex"``, ``alpha=0.5``, ``rrf_k=5``.
+
+        ``rerank="quality"`` multiplies each fused score, divided by the best one, by
+        ``0.8 + 0.2 * quality / max_quality`` over the candidates (`Memory.quality` at
+        ``filter.now`` or the wall clock; a max of 0 leaves scores as they are). Scores that
+        can be negative (a cosine or inner-product vector leg alone) are min-max normalised
+        instead of divided by the best. ``dedup`` keeps only the best row per
+        `normalize_content` (rows with equal `fingerprint`).
+
+        ``namespace`` may be a list (at most 64; a repeat counts once): each is searched and
+        the results ranked together; ``via`` names where each was found. ``linked=True``
+        then adds every namespace those link to (`list_links`, one hop; a namespace already
+        listed is searched whole), taking from each only its link's tiers (None = semantic
+        and procedural; several links to one namespace: the union), intersected with
+        ``filter.tiers``. Nothing from another namespace ever appears.
+
+        Returns ``min(k, rows found by either leg after filter and dedup)`` results, best
+        first, ties by id: the same store state and arguments give the same list.
+        ``reinforce=True`` then counts an access on every returned row (``access_count + 1``,
+        ``last_accessed_at`` = the reference instant above) in one atomic, durable batch
+        before returning; the returned memories show the rows as they were found.
+
+        Raises:
+            InvalidArgumentError: ``k < 1``, ``pool < k``, ``alpha`` outside [0, 1],
+                ``rrf_k <= 0``, an unknown ``fusion`` or ``rerank``, an empty namespace
+                list or one of more than 64, a malformed filter.
+            DimensionMismatchError: ``vector`` of the wrong length.
+        """
+        self._check()
+        k = _k(k)
+        names = _namespaces(namespace)
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        q = query.encode("utf-8", "replace").decode("utf-8")
+        vec = None if vector is None else vals.query_to_array(vector, self._dims)
+        spec = cv.filter_to_spec(filter)
+        if pool is None:
+            size = max(5 * k, _MIN_POOL)
+        else:
+            size = _int(pool, "pool")
+            if size < k:
+                raise InvalidArgumentError(f"pool must be >= k, got pool={size} and k={k}")
+        how = _DEFAULT_FUSION if fusion is None else fusion
+        a = _DEFAULT_ALPHA if alpha is None else vals.check_float(alpha, "alpha")
+        if not 0.0 <= a <= 1.0:
+            raise InvalidArgumentError(f"alpha must be in [0, 1], got {alpha}")
+        rk = _DEFAULT_RRF_K if rrf_k is None else vals.check_float(rrf_k, "rrf_k")
+        if not (rk > 0.0 and math.isfinite(rk)):
+            raise InvalidArgumentError(f"rrf_k must be a finite number > 0, got {rrf_k}")
+        if how not in ("convex", "rrf"):
+            raise InvalidArgumentError(f"unknown fusion {fusion!r} (use 'convex' or 'rrf')")
+        if rerank not in ("quality", None):
+            raise InvalidArgumentError(f"unknown rerank {rerank!r} (use 'quality' or None)")
+        dedup = vals.check_bool(dedup, "dedup")
+        sources: builtins.list[tuple[str, builtins.list[str] | None]] = [(n, None) for n in names]
+        if vals.check_bool(linked, "linked"):
+            sources += self._linked_sources(names)
+        reinforce = vals.check_bool(reinforce, "reinforce")
+        found = self._engine.recall(
+            sources,
+            q,
+            vec,
+            spec,
+            k,
+            size,
+            how,
+            a if how == "convex" else rk,
+            rerank == "quality",
+            dedup,
+        )
+        if reinforce and found:
+            rows = [(r.via, r.memory.id) for r in found]
+            self._engine.reinforce_rows(rows, spec["now"])
+        return found
+
+    def _linked_sources(
+        self, names: builtins.list[str]
+    ) -> builtins.list[tuple[str, builtins.list[str] | None]]:
+        """The namespaces ``names`` link to (not among them), each with the union of its
+        links' tiers (a link's None = semantic and procedural), in order of first link."""
+        tiers: dict[str, set[Tier]] = {}
+        for src in names:
+            for link in self._meta.list_links(src):
+                if link.dst in names:
+                    continue
+                allowed = _LINK_DEFAULT_TIERS if link.tiers is None else link.tiers
+                tiers.setdefault(link.dst, set()).update(Tier(t) for t in allowed)
+        return [(dst, sorted(t.value for t in ts)) for dst, ts in tiers.items()]
 
     # ------------------------------------------------------------------ links (SQLite)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
-import math
 import os
 import re
 import threading
@@ -21,7 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from memini._values import check_confidence, check_int, check_text, check_unicode, coerce_enum
+from memini._core import ranking
+from memini._values import (
+    check_confidence,
+    check_int,
+    check_text,
+    check_unicode,
+    coerce_enum,
+    to_micros,
+)
 from memini.errors import InvalidArgumentError
 
 __all__ = [
@@ -34,6 +41,7 @@ __all__ = [
     "Memory",
     "NamespaceActivity",
     "NamespaceLink",
+    "Recalled",
     "Scored",
     "Sort",
     "SortKey",
@@ -215,8 +223,7 @@ class Memory:
         Raises:
             InvalidArgumentError: ``tier`` is not a known tier.
         """
-        weight = _TIER_WEIGHT[coerce_enum(Tier, self.tier, "tier")]
-        return _clamp01(weight * (0.5 + 0.5 * _clamp01(float(self.importance))))
+        return self._ranking(None)[0]
 
     def effective_confidence(self, now: datetime) -> float:
         """Corroboration of a durable memory at ``now``, decayed lazily since last confirmed.
@@ -234,24 +241,7 @@ class Memory:
         Raises:
             InvalidArgumentError: ``tier`` is not a known tier.
         """
-        tier = coerce_enum(Tier, self.tier, "tier")
-        if tier.term == "short" or self.confidence is None:
-            return 1.0
-        c = _clamp01(float(self.confidence))
-        anchors = [
-            _as_utc(t, name)
-            for t, name in (
-                (self.updated_at, "updated_at"),
-                (self.last_accessed_at, "last_accessed_at"),
-            )
-            if t is not None
-        ]
-        if not anchors:
-            return c
-        weeks = (_as_utc(now, "now") - max(anchors)) / _WEEK
-        if weeks <= 1:
-            return c
-        return max(_CONFIDENCE_FLOOR, c - _CONFIDENCE_DECAY_PER_WEEK * (weeks - 1))
+        return self._ranking(now)[1]
 
     def durable_score(self, now: datetime) -> float:
         """Rank as durable knowledge: salience x corroboration x reinforcement, no recency.
@@ -262,7 +252,7 @@ class Memory:
         Args:
             now: The reference instant (naive = UTC).
         """
-        return self.salience() * self.effective_confidence(now) * self._usage()
+        return self._ranking(now)[2]
 
     def quality(self, now: datetime) -> float:
         """Score for recall ranking and lifecycle decisions (higher = worth keeping).
@@ -273,10 +263,7 @@ class Memory:
         Args:
             now: The reference instant (naive = UTC).
         """
-        tier = coerce_enum(Tier, self.tier, "tier")
-        if tier.term == "long":
-            return self.durable_score(now)
-        return self.salience() * self._usage() * self.recency(now)
+        return self._ranking(now)[4]
 
     def recency(self, now: datetime) -> float:
         """Exponential recency factor ``exp(-age / H)`` in (0, 1], H = 7 days.
@@ -289,14 +276,20 @@ class Memory:
         Args:
             now: The reference instant (naive = UTC).
         """
-        if self.last_accessed_at is None:
-            return 1.0
-        age = _as_utc(now, "now") - _as_utc(self.last_accessed_at, "last_accessed_at")
-        return math.exp(-max(age / _HALF_LIFE, 0.0))
+        return self._ranking(now)[3]
 
-    def _usage(self) -> float:
-        """Reinforcement factor ``1 + ln(1 + access_count)`` (negative counts as 0)."""
-        return 1.0 + math.log1p(max(int(self.access_count), 0))
+    def _ranking(self, now: datetime | None) -> tuple[float, float, float, float, float]:
+        """(salience, effective_confidence, durable_score, recency, quality) at ``now``,
+        computed by the core: the one implementation, shared with `Store.recall`'s rerank."""
+        return ranking(
+            coerce_enum(Tier, self.tier, "tier").value,
+            float(self.importance),
+            None if self.confidence is None else float(self.confidence),
+            _opt_micros(self.updated_at, "updated_at"),
+            _opt_micros(self.last_accessed_at, "last_accessed_at"),
+            min(max(int(self.access_count), 0), _I64_MAX),
+            0 if now is None else to_micros(now, "now"),
+        )
 
 
 @dataclass
@@ -305,6 +298,18 @@ class Scored:
 
     memory: Memory
     score: float
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A `Store.recall` result: the memory, its final score (higher is better) and how each
+    search leg scored it (None: that leg did not find it), and the namespace it came from."""
+
+    memory: Memory
+    score: float
+    vector_score: float | None
+    keyword_score: float | None
+    via: str
 
 
 @dataclass
@@ -415,16 +420,11 @@ class EventFilter:
 # Helpers
 # --------------------------------------------------------------------------------------------
 
-_HALF_LIFE = timedelta(days=7)
-_WEEK = timedelta(weeks=1)
-_CONFIDENCE_DECAY_PER_WEEK = 0.05
-_CONFIDENCE_FLOOR = 0.05
-_TIER_WEIGHT = {
-    Tier.PROCEDURAL: 0.95,
-    Tier.SEMANTIC: 0.90,
-    Tier.EPISODIC: 0.55,
-    Tier.WORKING: 0.30,
-}
+_I64_MAX = 2**63 - 1
+
+
+def _opt_micros(dt: datetime | None, what: str) -> int | None:
+    return None if dt is None else to_micros(dt, what)
 
 
 def _clamp01(x: float) -> float:

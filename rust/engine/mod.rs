@@ -2,7 +2,8 @@
 //!
 //! One file per job: [`open`] (open, close, the directory lock), [`commit`] (the group
 //! commit and applying its effects), [`tx`] (the rules of a write inside a group), [`writes`]
-//! and [`reads`] (the public operations), [`search`] (search planning), [`checkpoint`]
+//! and [`reads`] (the public operations), [`search`] (search planning), [`recall`] (hybrid
+//! recall: both legs, fusion, rerank, dedup), [`checkpoint`]
 //! (checkpoints, backup, compaction) and [`recovery`] (bringing the derived indexes up to the
 //! rows on open, and repairing them after a failed update).
 //!
@@ -33,6 +34,7 @@ mod checkpoint;
 mod commit;
 mod open;
 mod reads;
+mod recall;
 mod recovery;
 mod search;
 mod tx;
@@ -54,6 +56,7 @@ use crate::types::Metric;
 use crate::vector::{Tuning, VectorIndex};
 
 pub use reads::Stats;
+pub use recall::{Fusion, RecallQuery, Recalled, Source};
 
 /// Settings of [`Engine::open`].
 #[derive(Clone, Debug, Default)]

@@ -40,45 +40,10 @@ impl Engine {
             for q in queries {
                 validate_vector(q, inner.dims)?;
             }
-            let vectors = st.vectors()?;
-            let Some(n) = st.cols.namespaces.get(ns) else {
-                return Ok(vec![Vec::new(); queries.len()]);
-            };
-            let pred = Predicate::new(spec, n);
-            let k = k.min(n.vectors); // never allocate for more hits than rows
-            let pred_fn = |vkey: u64| -> bool {
-                st.cols
-                    .by_vkey
-                    .get(&vkey)
-                    .is_some_and(|rid| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)))
-            };
-            let all_keys = || matching_map(st, n, &pred, |_, c| c.vkey);
-            let plan = if pred.is_trivial() {
-                Plan::All {
-                    all_keys: &all_keys,
-                }
-            } else if pred.candidate_count() <= vectors.tuning().exact_max {
-                Plan::Keys(all_keys())
-            } else {
-                Plan::Predicate {
-                    pred: &pred_fn,
-                    all_keys: &all_keys,
-                    selectivity: selectivity(st, n, &pred),
-                }
-            };
-            let run = |q: &&[f32]| -> Result<Vec<Scored>> {
-                let hits = vectors.search(ns, q, k, &plan)?;
-                let by_rid = hits
-                    .into_iter()
-                    .filter_map(|(vk, score)| Some((*st.cols.by_vkey.get(&vk)?, score)))
-                    .collect();
-                scored(st, snap, by_rid)
-            };
-            if queries.len() > 1 {
-                pool()?.install(|| queries.par_iter().map(run).collect())
-            } else {
-                queries.iter().map(run).collect()
-            }
+            vector_hits(st, ns, queries, spec, k)?
+                .into_iter()
+                .map(|hits| scored(st, snap, hits))
+                .collect()
         })
     }
 
@@ -93,35 +58,89 @@ impl Engine {
         if k < 1 {
             return Err(Error::invalid("k must be >= 1"));
         }
-        self.read(|_, st, snap| {
-            let keyword = st.keyword()?;
-            let Some(n) = st.cols.namespaces.get(ns) else {
-                return Ok(Vec::new());
-            };
-            let pred = Predicate::new(spec, n);
-            let k = k.min(n.ids.len()); // never allocate for more hits than rows
-
-            // a namespace holding every row needs no per-document namespace check
-            let sole = n.ids.len() == st.cols.rows.len();
-            let accept = |rid: u64, ver: u64| {
-                st.cols.rows.get(&rid).is_some_and(|c| {
-                    c.version == ver && (sole || c.namespace == ns) && pred.matches(rid, c)
-                })
-            };
-            let dominant = 2 * n.ids.len() >= st.cols.rows.len();
-            // tags passing under a tenth of the namespace: let tantivy intersect their postings
-            let tags = if pred.tags().is_empty() || 10 * pred.candidate_count() >= n.ids.len() {
-                &[][..]
-            } else {
-                pred.tags()
-            };
-            scored(
-                st,
-                snap,
-                keyword.search(ns, query, k, dominant, tags, &accept)?,
-            )
-        })
+        self.read(|_, st, snap| scored(st, snap, keyword_hits(st, ns, query, spec, k)?))
     }
+}
+
+/// The vector leg: for each query, the best `k` (row id, score) of `ns` passing `spec`
+/// (queries already validated), spread over threads when there are several.
+pub(super) fn vector_hits(
+    st: &State,
+    ns: &str,
+    queries: &[&[f32]],
+    spec: &FilterSpec,
+    k: usize,
+) -> Result<Vec<Vec<(u64, f64)>>> {
+    let vectors = st.vectors()?;
+    let Some(n) = st.cols.namespaces.get(ns) else {
+        return Ok(vec![Vec::new(); queries.len()]);
+    };
+    let pred = Predicate::new(spec, n);
+    let k = k.min(n.vectors); // never allocate for more hits than rows
+    let pred_fn = |vkey: u64| -> bool {
+        st.cols
+            .by_vkey
+            .get(&vkey)
+            .is_some_and(|rid| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)))
+    };
+    let all_keys = || matching_map(st, n, &pred, |_, c| c.vkey);
+    let plan = if pred.is_trivial() {
+        Plan::All {
+            all_keys: &all_keys,
+        }
+    } else if pred.candidate_count() <= vectors.tuning().exact_max {
+        Plan::Keys(all_keys())
+    } else {
+        Plan::Predicate {
+            pred: &pred_fn,
+            all_keys: &all_keys,
+            selectivity: selectivity(st, n, &pred),
+        }
+    };
+    let run = |q: &&[f32]| -> Result<Vec<(u64, f64)>> {
+        let hits = vectors.search(ns, q, k, &plan)?;
+        Ok(hits
+            .into_iter()
+            .filter_map(|(vk, score)| Some((*st.cols.by_vkey.get(&vk)?, score)))
+            .collect())
+    };
+    if queries.len() > 1 {
+        pool()?.install(|| queries.par_iter().map(run).collect())
+    } else {
+        queries.iter().map(run).collect()
+    }
+}
+
+/// The keyword leg: the BM25 best `k` (row id, score) of `ns` passing `spec`.
+pub(super) fn keyword_hits(
+    st: &State,
+    ns: &str,
+    query: &str,
+    spec: &FilterSpec,
+    k: usize,
+) -> Result<Vec<(u64, f64)>> {
+    let keyword = st.keyword()?;
+    let Some(n) = st.cols.namespaces.get(ns) else {
+        return Ok(Vec::new());
+    };
+    let pred = Predicate::new(spec, n);
+    let k = k.min(n.ids.len()); // never allocate for more hits than rows
+
+    // a namespace holding every row needs no per-document namespace check
+    let sole = n.ids.len() == st.cols.rows.len();
+    let accept = |rid: u64, ver: u64| {
+        st.cols.rows.get(&rid).is_some_and(|c| {
+            c.version == ver && (sole || c.namespace == ns) && pred.matches(rid, c)
+        })
+    };
+    let dominant = 2 * n.ids.len() >= st.cols.rows.len();
+    // tags passing under a tenth of the namespace: let tantivy intersect their postings
+    let tags = if pred.tags().is_empty() || 10 * pred.candidate_count() >= n.ids.len() {
+        &[][..]
+    } else {
+        pred.tags()
+    };
+    keyword.search(ns, query, k, dominant, tags, &accept)
 }
 
 /// Estimated share of the namespace's rows passing `pred`: from the posting list when the

@@ -258,13 +258,23 @@ impl Engine {
         at: Micros,
         new_expiry: Option<Micros>,
     ) -> Result<()> {
-        let ns = ns.to_owned();
-        // one access per call and row, however often the id is listed
-        let mut ids = ids;
-        ids.sort_unstable();
-        ids.dedup();
+        let rows = ids.into_iter().map(|id| (ns.to_owned(), id)).collect();
+        self.reinforce_rows(rows, at, new_expiry)
+    }
+
+    /// `reinforce` of (namespace, id) pairs across namespaces, in one atomic, durable batch.
+    pub fn reinforce_rows(
+        &self,
+        rows: Vec<(String, String)>,
+        at: Micros,
+        new_expiry: Option<Micros>,
+    ) -> Result<()> {
+        // one access per call and row, however often it is listed
+        let mut rows = rows;
+        rows.sort_unstable();
+        rows.dedup();
         self.submit(move |tx: &mut Tx<'_>| {
-            for id in ids {
+            for (ns, id) in rows {
                 let Ok((rid, old)) = tx.load(&ns, &id) else {
                     continue;
                 };

@@ -8,6 +8,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDateTime, PyDict, PyList, PyString, PyTzInfo};
 
 use super::errors::raise;
+use crate::engine::Recalled;
 use crate::types::{
     FilterSpec, Level, Memory, MemoryPatch, Micros, NewMemory, Scored, SortKey, Tier, Unstamped,
 };
@@ -245,6 +246,7 @@ struct Classes {
     setattr: Py<PyAny>,
     memory: Py<PyAny>,
     scored: Py<PyAny>,
+    recalled: Py<PyAny>,
     /// `Tier` members in `Tier::ALL` order, `Level` members in `Level::ALL` order.
     tiers: Vec<Py<PyAny>>,
     levels: Vec<Py<PyAny>>,
@@ -279,6 +281,7 @@ fn classes(py: Python<'_>) -> PyResult<&Classes> {
                 .unbind(),
             memory: types.getattr("Memory")?.unbind(),
             scored: types.getattr("Scored")?.unbind(),
+            recalled: types.getattr("Recalled")?.unbind(),
             tiers: members("Tier", &tiers)?,
             levels: members("Level", &levels)?,
             metadata: py
@@ -383,6 +386,24 @@ pub fn hits(py: Python<'_>, hs: Vec<Scored>) -> PyResult<Bound<'_, PyList>> {
             let obj = Instance::new(py, c, &c.scored)?;
             obj.set(intern!(py, "memory"), memory(py, h.memory)?)?;
             obj.set(intern!(py, "score"), h.score)?;
+            Ok(obj.0)
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
+}
+
+/// Recall results -> list of `memini.Recalled`, best first.
+pub fn recalled(py: Python<'_>, rs: Vec<Recalled>) -> PyResult<Bound<'_, PyList>> {
+    let c = classes(py)?;
+    let items = rs
+        .into_iter()
+        .map(|r| {
+            let obj = Instance::new(py, c, &c.recalled)?;
+            obj.set(intern!(py, "memory"), memory(py, r.memory)?)?;
+            obj.set(intern!(py, "score"), r.score)?;
+            obj.set(intern!(py, "vector_score"), r.vector_score)?;
+            obj.set(intern!(py, "keyword_score"), r.keyword_score)?;
+            obj.set(intern!(py, "via"), r.via)?;
             Ok(obj.0)
         })
         .collect::<PyResult<Vec<_>>>()?;

@@ -8,7 +8,7 @@ use pyo3::types::{PyDict, PyList};
 
 use super::convert;
 use super::errors::{raise, run};
-use crate::engine::{Engine, FaultPoint, Options};
+use crate::engine::{Engine, FaultPoint, Fusion, Options, RecallQuery, Source};
 use crate::types::{Metric, Micros, Tier};
 
 /// The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL.
@@ -482,5 +482,73 @@ impl PyEngine {
             self.engine.keyword_search(&namespace, &query, &spec, k)
         })?;
         convert::hits(py, hits)
+    }
+
+    #[pyo3(signature = (sources, query, vector, filter, k, pool, fusion, fusion_param, quality, dedup))]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "recall's arguments, checked by the facade"
+    )]
+    fn recall<'py>(
+        &self,
+        py: Python<'py>,
+        sources: Vec<(String, Option<Vec<String>>)>,
+        query: String,
+        vector: Option<PyReadonlyArray1<'py, f32>>,
+        filter: Bound<'py, PyDict>,
+        k: i64,
+        pool: i64,
+        fusion: &str,
+        fusion_param: f64,
+        quality: bool,
+        dedup: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let sources = sources
+            .into_iter()
+            .map(|(namespace, tiers)| {
+                let tiers = tiers
+                    .map(|ts| ts.iter().map(|t| convert::tier(py, t)).collect())
+                    .transpose()?;
+                Ok(Source { namespace, tiers })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let fusion = match fusion {
+            "convex" => Fusion::Convex {
+                alpha: fusion_param,
+            },
+            "rrf" => Fusion::Rrf { k: fusion_param },
+            other => {
+                return Err(raise(
+                    py,
+                    "InvalidArgumentError",
+                    format!("unknown fusion {other:?} (use \"convex\" or \"rrf\")"),
+                ))
+            }
+        };
+        let v = convert::vector(vector);
+        let spec = convert::filter(&filter)?;
+        let size = |n: i64| usize::try_from(n).unwrap_or(0);
+        let q = RecallQuery {
+            sources: &sources,
+            text: &query,
+            vector: v.as_deref(),
+            spec: &spec,
+            k: size(k),
+            pool: size(pool),
+            fusion,
+            quality,
+            dedup,
+        };
+        let rs = run(py, || self.engine.recall(&q))?;
+        convert::recalled(py, rs)
+    }
+
+    fn reinforce_rows(
+        &self,
+        py: Python<'_>,
+        rows: Vec<(String, String)>,
+        accessed_at: Micros,
+    ) -> PyResult<()> {
+        run(py, || self.engine.reinforce_rows(rows, accessed_at, None))
     }
 }

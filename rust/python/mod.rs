@@ -15,6 +15,9 @@ mod errors;
 
 use pyo3::prelude::*;
 
+use crate::rank::Standing;
+use crate::types::Micros;
+
 /// The build profile of this extension ("release" or "debug"); benchmarks refuse debug.
 #[pyfunction]
 fn build_profile() -> &'static str {
@@ -23,6 +26,58 @@ fn build_profile() -> &'static str {
     } else {
         "release"
     }
+}
+
+fn standing(
+    py: Python<'_>,
+    tier: &str,
+    importance: f64,
+    confidence: Option<f64>,
+    updated_at: Option<Micros>,
+    last_accessed_at: Option<Micros>,
+    access_count: i64,
+) -> PyResult<Standing> {
+    Ok(Standing {
+        tier: convert::tier(py, tier)?,
+        importance,
+        confidence,
+        updated_at,
+        last_accessed_at,
+        access_count,
+    })
+}
+
+/// `Memory`'s ranking helpers (API.md section 2), one implementation with `recall`'s rerank:
+/// `(salience, effective_confidence, durable_score, recency, quality)` at `now`.
+#[pyfunction]
+#[pyo3(signature = (tier, importance, confidence, updated_at, last_accessed_at, access_count, now))]
+#[allow(clippy::too_many_arguments, reason = "the fields the ranking reads")]
+fn ranking(
+    py: Python<'_>,
+    tier: &str,
+    importance: f64,
+    confidence: Option<f64>,
+    updated_at: Option<Micros>,
+    last_accessed_at: Option<Micros>,
+    access_count: i64,
+    now: Micros,
+) -> PyResult<(f64, f64, f64, f64, f64)> {
+    let s = standing(
+        py,
+        tier,
+        importance,
+        confidence,
+        updated_at,
+        last_accessed_at,
+        access_count,
+    )?;
+    Ok((
+        s.salience(),
+        s.effective_confidence(now),
+        s.durable_score(now),
+        s.recency(now),
+        s.quality(now),
+    ))
 }
 
 #[pymodule]
@@ -34,5 +89,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add_class::<engine::PyEngine>()?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(ranking, m)?)?;
     Ok(())
 }
