@@ -323,6 +323,17 @@ def test_query_ranks_by_meaning(lg: MeminiStore) -> None:
     assert keys(lg.search(("q",), query="blue", filter={"score": {"$gt": 3.2}}))[0] == "doc4"
 
 
+@pytest.mark.parametrize("recall", [None, {"alpha": 1.0}, {"fusion": "rrf"}, {"pool": 200}])
+def test_recall_options(open_lg: OpenLG, recall: dict[str, Any] | None) -> None:
+    """Queries go through Store.recall with index["recall"] as its options."""
+    lg = open_lg(index={**H.index(), "recall": recall})
+    for key, value in DOCS:
+        lg.put(("r",), key, value)
+    hits = lg.search(("r",), query="green apple")
+    assert keys(hits)[0] == "doc3" and len(hits) == 4
+    assert all(h.score is not None for h in hits)
+
+
 def test_query_pagination(lg: MeminiStore) -> None:
     for i in range(7):
         lg.put(("p",), f"doc{i}", {"text": f"test document {'x ' * i}"})
@@ -456,6 +467,8 @@ def test_async_embed_function_and_abatch(open_lg: OpenLG) -> None:
         pytest.param({"index": {**H.index(), "distance": "l2"}}, "unknown index", id="index-key"),
         pytest.param({"ttl": {"default": 5}}, "unknown ttl", id="ttl-key"),
         pytest.param({"index": {**H.index(), "embed": 42}}, "embed", id="embed-kind"),
+        pytest.param({"index": {**H.index(), "recall": {"alpha": 2}}}, "alpha", id="alpha"),
+        pytest.param({"index": {**H.index(), "recall": {"rerank": None}}}, "recall", id="rk"),
     ],
 )
 def test_config_errors(open_lg: OpenLG, options: dict[str, Any], match: str) -> None:

@@ -4,8 +4,13 @@ LangGraph's InMemoryStore must give equal results.
 Compared: get (namespace, key, value), list_namespaces (exactly, in order), search without a
 query (the same items; LangGraph's InMemoryStore defines no order there, so a page is
 checked to be the right size and drawn from the same items) and search with a query (the
-same items; MeminiStore's order must be best-first by InMemoryStore's own cosine scores, so
-ties aside it is the same ranking). Timestamps and scores are left aside.
+same items, as many scored and unscored among the best ``limit``). Timestamps and scores
+are left aside. The machine runs twice: with MeminiStore's default query ranking (the
+store's hybrid `recall`, vectors and words fused: LangGraph defines no such order, so only
+the items are compared) and with ``index["recall"] = {"alpha": 1.0}``, vectors alone, where
+LangGraph's order is defined: MeminiStore's must then be best-first by InMemoryStore's own
+cosine scores, and its best ``limit`` must have the oracle's best scores (ties aside, the
+same ranking).
 
 Two adaptations of the oracle, where InMemoryStore's behaviour is an accident of its dicts:
 it keeps listing a namespace after its last item is deleted, and after a mere get of it
@@ -71,12 +76,15 @@ def _triple(item: Item | None) -> tuple[Any, ...] | None:
 
 
 class Oracle(RuleBasedStateMachine):
-    """MeminiStore vs InMemoryStore, step by step."""
+    """MeminiStore (hybrid query ranking) vs InMemoryStore, step by step."""
+
+    RECALL: dict[str, Any] | None = None  # index["recall"] of the MeminiStore
+    RANKED_BY_VECTORS = False
 
     @initialize()
     def open(self) -> None:
         self.store = Store.open(None, dims=H.DIMS, metric="cos")
-        self.memini = MeminiStore(self.store, index=H.index())
+        self.memini = MeminiStore(self.store, index={**H.index(), "recall": self.RECALL})
         self.lg = InMemoryStore(index=H.index())  # type: ignore[arg-type]
 
     def teardown(self) -> None:
@@ -133,14 +141,15 @@ class Oracle(RuleBasedStateMachine):
         assert {_triple(i) for i in mine} == {_triple(i) for i in oracle}
         ranked = [score[(i.namespace, i.key)] for i in mine if i.score is not None]
         assert all(s is not None for s in ranked), "an item scored by one store only"
-        assert all(a >= b - 1e-6 for a, b in itertools.pairwise(ranked))  # type: ignore[operator]
-        # the best `limit`: the same scores as the oracle's best (ties may swap items)
         top = self.memini.search(prefix, query=query, filter=flt, limit=limit)
         want = [i.score for i in oracle[:limit] if i.score is not None]
         got = [score[(i.namespace, i.key)] for i in top if i.score is not None]
         assert len(top) == len(oracle[:limit])
         assert len(got) == len(want)
-        assert all(abs(a - b) <= 1e-6 for a, b in zip(got, want, strict=True))  # type: ignore[operator]
+        if self.RANKED_BY_VECTORS:
+            assert all(a >= b - 1e-6 for a, b in itertools.pairwise(ranked))  # type: ignore[operator]
+            # the best `limit`: the oracle's best scores (ties may swap items)
+            assert all(abs(a - b) <= 1e-6 for a, b in zip(got, want, strict=True))  # type: ignore[operator]
 
     @rule(
         prefix=st.one_of(st.none(), patterns),
@@ -168,5 +177,15 @@ class Oracle(RuleBasedStateMachine):
             assert self.memini.list_namespaces(limit=1000) == self.lg.list_namespaces(limit=1000)
 
 
-Oracle.TestCase.settings = settings(Oracle.TestCase.settings, stateful_step_count=25, deadline=None)
-TestOracle = Oracle.TestCase
+class VectorOracle(Oracle):
+    """MeminiStore ranking queries by vectors alone vs InMemoryStore, order compared."""
+
+    RECALL = {"alpha": 1.0}  # noqa: RUF012 - a constant of the class
+    RANKED_BY_VECTORS = True
+
+
+_SETTINGS = {"stateful_step_count": 25, "deadline": None}
+Oracle.TestCase.settings = settings(Oracle.TestCase.settings, **_SETTINGS)
+VectorOracle.TestCase.settings = settings(VectorOracle.TestCase.settings, **_SETTINGS)
+TestHybridOracle = Oracle.TestCase
+TestVectorOracle = VectorOracle.TestCase

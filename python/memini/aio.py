@@ -219,6 +219,7 @@ class AsyncStore:
     vector_search = _Coroutine(Store.vector_search)
     vector_search_many = _Coroutine(Store.vector_search_many)
     keyword_search = _Coroutine(Store.keyword_search)
+    recall = _Coroutine(Store.recall)
     # links
     put_link = _Coroutine(Store.put_link)
     delete_link = _Coroutine(Store.delete_link)

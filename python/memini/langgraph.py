@@ -91,7 +91,8 @@ _INDEXED = "$indexed"  # "yes" when the item has at least one vector
 _FIELD = "value."  # prefix of the mirrored top-level string fields
 _MIRROR_MAX = 256  # longer strings (texts) are not mirrored: filters on them run in Python
 _MAX_NAMESPACES_PER_RECALL = 64
-_INDEX_KEYS = frozenset({"dims", "embed", "fields"})
+_INDEX_KEYS = frozenset({"dims", "embed", "fields", "recall"})
+_RECALL_KEYS = frozenset({"fusion", "alpha", "rrf_k", "pool"})
 _TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"})
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 
@@ -340,7 +341,12 @@ class MeminiStore(BaseStore):
             memini embedder with ``.model``, ``.dims``, ``.embed(texts)``, or a provider
             string LangChain resolves) and ``fields`` (JSON paths of the texts to embed,
             default ``["$"]``: the whole value). ``put(..., index=False)`` stores an item
-            without vectors, ``index=[paths]`` overrides ``fields`` for one put.
+            without vectors, ``index=[paths]`` overrides ``fields`` for one put. One key of
+            memini's own (as LangGraph's Postgres store has its ``ann_index_config``):
+            ``recall``, options of `Store.recall` for searches with a query (``fusion``,
+            ``alpha``, ``rrf_k``, ``pool``); the default is the store's hybrid ranking
+            (vectors and BM25 fused), ``{"alpha": 1.0}`` ranks by the vectors alone, as
+            LangGraph's own stores do.
         ttl: LangGraph's ``TTLConfig``: ``default_ttl`` (minutes, for puts that pass no
             ``ttl``), ``refresh_on_read`` (default True: a get or search that returns an
             item restarts its TTL), ``sweep_interval_minutes`` (a daemon thread runs
@@ -368,6 +374,7 @@ class MeminiStore(BaseStore):
         self.index_config: IndexConfig | None = None
         self.embeddings: Embeddings | None = None
         self._fields: list[tuple[str, str | list[str]]] = []
+        self._recall: dict[str, Any] = {}
         if index is not None:
             self._configure_index(dict(index))
         self.ttl_config: TTLConfig | None = None
@@ -409,6 +416,15 @@ class MeminiStore(BaseStore):
                 f"the store's metric is {stats['metric']!r}; LangGraph ranks by cosine "
                 "similarity: open the store with metric='cos'"
             )
+        recall = dict(index.get("recall") or {})
+        if set(recall) - _RECALL_KEYS:
+            raise InvalidArgumentError(
+                f"unknown index['recall'] keys {sorted(set(recall) - _RECALL_KEYS)} "
+                f"(Store.recall options: {sorted(_RECALL_KEYS)})"
+            )
+        # the store checks the options (an empty recall: nothing to search, nothing read)
+        self._store.recall(namespace_from_tuple(("-",)), "", None, None, 1, **recall)
+        self._recall = recall
         self.embeddings = _embeddings(index["embed"])
         paths = index.get("fields") or ["$"]
         self._fields = [(p, p if p == "$" else tokenize_path(p)) for p in paths]
@@ -726,22 +742,18 @@ class MeminiStore(BaseStore):
         core: Filter,
         k: int,
     ) -> tuple[list[tuple[Memory, float]], bool]:
-        """Rows ranked for the query, best first, and whether fewer than ``k`` were found
-        (nothing more to widen to)."""
+        """Rows ranked for the query by `Store.recall` (both legs, fused), best first, and
+        whether fewer than ``k`` were found (nothing more to widen to). Namespaces beyond 64
+        are recalled 64 at a time and merged by score."""
         out: list[tuple[Memory, float]] = []
         exhausted = True
-        recall = getattr(self._store, "recall", None)
         for i in range(0, len(namespaces), _MAX_NAMESPACES_PER_RECALL):
             chunk = namespaces[i : i + _MAX_NAMESPACES_PER_RECALL]
-            if recall is not None:
-                found = recall(chunk, query, vector, core, k, rerank=None, dedup=False)
-                out.extend((r.memory, r.score) for r in found)
-                exhausted &= len(found) < k
-            else:
-                for ns in chunk:
-                    scored = self._store.vector_search(ns, vector, core, k)
-                    out.extend((s.memory, s.score) for s in scored)
-                    exhausted &= len(scored) < k
+            found = self._store.recall(
+                chunk, query, vector, core, k, rerank=None, dedup=False, **self._recall
+            )
+            out.extend((r.memory, r.score) for r in found)
+            exhausted &= len(found) < k
         out.sort(key=lambda h: (-h[1], h[0].id))
         return out, exhausted
 
