@@ -719,7 +719,7 @@ class MeminiStore(BaseStore):
         rows run out."""
         core = self._filter(op.filter, ITEM, VECTOR)
         exact = _split_filter(op.filter)[2]
-        k = max(2 * want, 10)
+        k = max(want, 1)  # widened x4 while extra-text rows or exact filters eat results
         while True:
             hits, exhausted = self._query_rows(namespaces, op.query or "", vector, core, k)
             best: dict[tuple[str, str], _Hit] = {}
@@ -747,10 +747,14 @@ class MeminiStore(BaseStore):
         are recalled 64 at a time and merged by score."""
         out: list[tuple[Memory, float]] = []
         exhausted = True
+        options = dict(self._recall)
+        if options.get("fusion", "convex") == "convex" and options.get("alpha") == 1.0:
+            # the words weigh nothing: the vector leg alone, k candidates, cosine scores
+            query, options = "", {"pool": k}
         for i in range(0, len(namespaces), _MAX_NAMESPACES_PER_RECALL):
             chunk = namespaces[i : i + _MAX_NAMESPACES_PER_RECALL]
             found = self._store.recall(
-                chunk, query, vector, core, k, rerank=None, dedup=False, **self._recall
+                chunk, query, vector, core, k, rerank=None, dedup=False, **options
             )
             out.extend((r.memory, r.score) for r in found)
             exhausted &= len(found) < k
