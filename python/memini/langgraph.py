@@ -404,7 +404,8 @@ class MeminiStore(BaseStore):
                 "index needs 'embed': a LangChain Embeddings, a function texts -> vectors "
                 "or a memini embedder"
             )
-        stats = self._store.stats()
+        # a served store (RemoteStore) may not report stats: then the store checks at use
+        stats = self._store.stats() if hasattr(self._store, "stats") else {}
         dims = index.get("dims")
         if dims is not None and stats.get("dims") not in (None, dims):
             raise InvalidArgumentError(
