@@ -25,6 +25,7 @@ from langchain_core.embeddings import Embeddings
 from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 
 import lg_helpers as H
+from embed_helpers import needs_weights
 from memini import InvalidArgumentError, Store
 from memini.langgraph import MeminiStore, namespace_from_tuple, namespace_to_tuple
 
@@ -604,6 +605,29 @@ def test_a_compiled_graph_remembers_across_threads(tmp_path: Path) -> None:
         out = asyncio.run(graph.ainvoke({"message": "favourite colour", "answer": ""}, two))
         assert out["answer"] == "my favourite colour is green"
         assert lg.list_namespaces() == [("memories", "user-1")]
+
+
+@needs_weights
+def test_memini_local_embedder_finds_memories_by_meaning(tmp_path: Path) -> None:
+    """memini's own model (all-MiniLM-L6-v2 in the core) as the IndexConfig's embed, the
+    same embedder the store was opened with."""
+    from memini.embed import LocalEmbedder
+
+    embedder = LocalEmbedder()
+    with Store.open(tmp_path / "s", embedder=embedder, metric="cos") as store:
+        lg = MeminiStore(store, index={"dims": embedder.dims, "embed": embedder})
+        facts = {
+            "tea": "Alice prefers green tea in the morning",
+            "deploy": "The production deploy runs every Friday at noon",
+            "cat": "Bob's cat is called Miso and is afraid of the vacuum",
+        }
+        lg.batch([PutOp(("team",), k, {"fact": v}) for k, v in facts.items()])
+        for query, want in [
+            ("what does Alice drink?", "tea"),
+            ("when do we ship to prod?", "deploy"),
+            ("what is the name of Bob's pet?", "cat"),
+        ]:
+            assert lg.search(("team",), query=query, limit=1)[0].key == want, query
 
 
 def test_import_memini_does_not_import_langgraph() -> None:

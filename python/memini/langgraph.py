@@ -48,11 +48,11 @@ import json
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from typing import Any, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -77,11 +77,12 @@ from langgraph.store.base import (
 )
 
 from memini.aio import _in_pool, _pool
+from memini.embed import Embedder
 from memini.errors import InvalidArgumentError, NotFoundError
 from memini.store import Store
 from memini.types import Filter, Memory, Sort, SortKey
 
-__all__ = ["Embedder", "MeminiStore", "namespace_from_tuple", "namespace_to_tuple"]
+__all__ = ["MeminiStore", "namespace_from_tuple", "namespace_to_tuple"]
 
 ITEM = "langgraph"
 VECTOR = "langgraph-vector"
@@ -95,18 +96,6 @@ _INDEX_KEYS = frozenset({"dims", "embed", "fields", "recall"})
 _RECALL_KEYS = frozenset({"fusion", "alpha", "rrf_k", "pool"})
 _TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"})
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """memini's embedder shape (API.md section 7): ``embed(texts) -> (n, dims) float32``."""
-
-    model: str
-    dims: int
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        """One vector per text."""
-        ...
 
 
 # ---------------------------------------------------------------------- namespaces and ids
@@ -266,7 +255,8 @@ def _passes(value: dict[str, Any], flt: dict[str, Any] | None) -> bool:
 
 
 class _MeminiEmbeddings(Embeddings):
-    """A memini `Embedder` seen as LangChain `Embeddings`."""
+    """A memini `Embedder` (`memini.embed.LocalEmbedder`, ...) seen as LangChain
+    `Embeddings`."""
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
