@@ -498,3 +498,19 @@ def test_async_client(served: Server) -> None:
             return [len(h) for h in hits]
 
     assert asyncio.run(main()) == [4] * 8
+
+
+def test_remote_clients_have_every_store_method() -> None:
+    import inspect
+
+    from memini.client import AsyncRemoteStore, RemoteStore
+
+    public = {
+        n for n, _ in inspect.getmembers(memini.Store, inspect.isfunction) if not n.startswith("_")
+    } - {"open"}
+    for cls in (RemoteStore, AsyncRemoteStore):
+        missing = sorted(n for n in public if not callable(getattr(cls, n, None)))
+        assert not missing, f"{cls.__name__} lacks {missing}"
+        for name in public - {"close", "update"}:
+            local = inspect.signature(getattr(memini.Store, name))
+            assert inspect.signature(getattr(cls, name)) == local, name
