@@ -268,7 +268,7 @@ class RemoteStore(_Base):
     upsert_many = _remote(Store.upsert_many)
 
     @_key_fields_are_not_updates
-    def update(self, namespace: str, id: str, **fields: Any) -> Memory:
+    def update(self, /, namespace: str, id: str, **fields: Any) -> Memory:
         """`Store.update` over HTTP: change only the named fields; return the stored row."""
         result: Memory = self._call("update", {"namespace": namespace, "id": id, "fields": fields})
         return result
@@ -392,7 +392,7 @@ class AsyncRemoteStore(_Base):
     upsert_many = _aremote(Store.upsert_many)
 
     @_key_fields_are_not_updates
-    async def update(self, namespace: str, id: str, **fields: Any) -> Memory:
+    async def update(self, /, namespace: str, id: str, **fields: Any) -> Memory:
         """`Store.update` over HTTP: change only the named fields; return the stored row."""
         result: Memory = await self._call(
             "update", {"namespace": namespace, "id": id, "fields": fields}

@@ -222,17 +222,18 @@ def _now(now: datetime | None, what: str = "now") -> int:
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_S = TypeVar("_S")  # Store, or a remote client's class (memini.client)
 
 
 def _key_fields_are_not_updates(
-    method: Callable[Concatenate[Store, _P], _R],
-) -> Callable[Concatenate[Store, _P], _R]:
+    method: Callable[Concatenate[_S, _P], _R],
+) -> Callable[Concatenate[_S, _P], _R]:
     """For ``Store.update(self, namespace, id, **fields)``: ``namespace=``/``id=`` passed as
     a *field* while the key is already given positionally is an `InvalidArgumentError`
     naming the right tool, not Python's "got multiple values for argument" TypeError."""
 
     @functools.wraps(method)
-    def wrapper(self: Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         for name in ("namespace", "id")[: len(args)]:
             if name in kwargs:
                 raise cv.not_updatable(name)
