@@ -114,6 +114,9 @@ pub struct Namespace {
     pub valid_tos: Instants,
     /// Rows with a vector.
     pub vectors: usize,
+    /// (created_at, rid) of every row: the namespace's timeline, in the order rows were
+    /// made (rows stamped the same instant in the order they were first stored).
+    pub timeline: BTreeSet<(Micros, u64)>,
 }
 
 impl Namespace {
@@ -137,6 +140,7 @@ impl Namespace {
         self.expiries.add(col.expires_at);
         self.valid_tos.add(col.valid_to);
         self.vectors += usize::from(col.vkey.is_some());
+        self.timeline.insert((col.created_at, rid));
     }
 
     fn remove(&mut self, rid: u64, col: &Col) {
@@ -158,6 +162,21 @@ impl Namespace {
         self.expiries.remove(col.expires_at);
         self.valid_tos.remove(col.valid_to);
         self.vectors -= usize::from(col.vkey.is_some());
+        self.timeline.remove(&(col.created_at, rid));
+    }
+
+    /// The rows just before and just after `(created_at, rid)` on the timeline.
+    #[must_use]
+    pub fn neighbours(&self, created_at: Micros, rid: u64) -> [Option<u64>; 2] {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let at = (created_at, rid);
+        [
+            self.timeline.range(..at).next_back().map(|e| e.1),
+            self.timeline
+                .range((Excluded(at), Unbounded))
+                .next()
+                .map(|e| e.1),
+        ]
     }
 }
 

@@ -58,6 +58,9 @@ pub struct RecallQuery<'a> {
     pub pool: usize,
     /// The fusion.
     pub fusion: Fusion,
+    /// Neighbour context: when both legs ran, each candidate's fused score gains this times
+    /// the best fused score of its timeline neighbours among the candidates (0 = none).
+    pub context: f64,
     /// Rerank by `Memory.quality` at `spec.now`.
     pub quality: bool,
     /// Keep only the best row per content fingerprint.
@@ -145,6 +148,12 @@ impl Engine {
             }
             _ => {}
         }
+        if !(q.context >= 0.0 && q.context.is_finite()) {
+            return Err(Error::invalid(format!(
+                "context must be a finite number >= 0, got {}",
+                q.context
+            )));
+        }
         self.read(|inner, st, snap| {
             if let Some(v) = q.vector {
                 validate_vector(v, inner.dims)?;
@@ -188,8 +197,9 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
         (c.keyword, c.krank, c.source) = (Some(*s), rank, *src);
     }
 
-    // fusion; one leg alone keeps its own scores (recall is then that search)
-    let single = q.vector.is_none() || !use_keyword;
+    // fusion; one leg alone (the other skipped, or finding nothing) keeps its own scores:
+    // recall is then that search
+    let single = vpool.is_empty() || kpool.is_empty();
     let (vnorm, knorm) = (minmax(&vpool), minmax(&kpool));
     for c in cands.values_mut() {
         c.score = if single {
@@ -211,6 +221,9 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
                 }
             }
         };
+    }
+    if !single && q.context > 0.0 {
+        with_context(st, q.context, &mut cands);
     }
     if q.quality {
         rerank(st, q.spec.now, &mut cands);
@@ -239,6 +252,31 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
             via: q.sources[c.source].namespace.clone(),
         })
         .collect())
+}
+
+/// Adds `weight` times the best fused score among a candidate's two timeline neighbours (the
+/// rows of its namespace stored just before and just after it) that are candidates too. A
+/// conversation's turn is understood with the turns around it: the question in one turn and
+/// its answer in the next share the meaning, often not the words.
+fn with_context(st: &State, weight: f64, cands: &mut HashMap<u64, Cand>) {
+    let fused: HashMap<u64, f64> = cands.iter().map(|(r, c)| (*r, c.score)).collect();
+    for (rid, c) in cands.iter_mut() {
+        let Some(col) = st.cols.rows.get(rid) else {
+            continue;
+        };
+        let Some(n) = st.cols.namespaces.get(&col.namespace) else {
+            continue;
+        };
+        let best = n
+            .neighbours(col.created_at, *rid)
+            .into_iter()
+            .flatten()
+            .filter_map(|x| fused.get(&x).copied())
+            .reduce(f64::max);
+        if let Some(b) = best {
+            c.score += weight * b;
+        }
+    }
 }
 
 /// `score / best * (0.8 + 0.2 * quality / max_quality)`. Scores that can be negative (a
