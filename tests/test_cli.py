@@ -862,3 +862,26 @@ def test_check_notices_a_lost_meta_db(
     assert rc == 0 and "acknowledged" in out
     rc, out, _ = run(capsys, "check", "--store", str(store))
     assert rc == 0 and "consistent" in out
+
+
+def test_recall_prints_the_best_memories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s"
+    with Store.open(path, dims=4) as s:
+        s.upsert_many(
+            [
+                Memory(id="a", namespace="n", content="Alice drinks coffee every morning"),
+                Memory(id="b", namespace="n", content="Bob drinks tea", embedding=_vec(1)),
+                Memory(id="c", namespace="other", content="Alice drinks coffee too"),
+            ]
+        )
+    assert main(["recall", "--store", str(path), "n", "what does Alice drink?", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b"]
+    assert rows[0]["namespace"] == "n" and rows[0]["vector_score"] is None
+    assert main(["recall", "--store", str(path), "n", "coffee", "-k", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "n/a" in captured.out and "b" not in captured.out.split("n/a")[1]
+    assert "no embedder" in captured.err
+    assert main(["recall", "--store", str(tmp_path / "none"), "n", "x"]) == 1

@@ -11,6 +11,8 @@ Commands (``memini COMMAND --help`` lists the options):
   into a new store and exporting again gives the same bytes.
 * ``memini stats|compact|check [--repair] --store DIR``: inspect, compact, verify the indexes.
 * ``memini demo [--store ./memini-data]``: import the shipped PyPI sample and recall from it.
+* ``memini recall --store DIR NS TEXT [-k 10] [--linked] [--json]``: `Store.recall` of TEXT
+  in namespace NS (by words alone when the store has no embedder).
 
 The file format is described in `memini.cli.records`; the package splits by job: `common`
 (errors, opening stores, progress), `records` (the format), `importer` (records into a
@@ -40,6 +42,7 @@ from memini.cli.commands import (
 from memini.cli.common import METRICS, CliError, store_dir
 from memini.cli.demo import DEFAULT_DEMO_STORE, cmd_demo
 from memini.cli.importer import ON_EXISTING, ImportSummary
+from memini.cli.recall import cmd_recall
 from memini.cli.records import EXPORT_TYPE, EXPORT_VERSION
 from memini.errors import MeminiError
 
@@ -140,6 +143,22 @@ def _parser() -> argparse.ArgumentParser:
         help=f"store directory (default {DEFAULT_DEMO_STORE})",
     )
     sp.set_defaults(func=cmd_demo)
+
+    sp = sub.add_parser(
+        "recall",
+        help="recall memories of a namespace for a free-text query",
+        description="Store.recall of TEXT in namespace NS with the store's defaults: words "
+        "(BM25) and, when the store has an embedder, meaning; best first.",
+    )
+    store_arg(sp)
+    sp.add_argument("namespace", metavar="NS", help="namespace to recall from")
+    sp.add_argument("text", metavar="TEXT", help="the query, free text")
+    sp.add_argument("-k", type=_positive, default=10, help="results (default 10)")
+    sp.add_argument(
+        "--linked", action="store_true", help="also recall from the namespaces NS links to"
+    )
+    sp.add_argument("--json", action="store_true", help="one JSON object per result")
+    sp.set_defaults(func=cmd_recall)
     return p
 
 
