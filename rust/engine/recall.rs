@@ -3,16 +3,19 @@
 //! Each source namespace runs the vector leg (`pool` nearest) and the keyword leg (`pool` best
 //! BM25) under the filter, restricted to the source's tiers. Each leg's hits over all sources
 //! form its pool: ranked by score (ties by id) for RRF, min-max normalised over the whole pool
-//! for the convex fusion, so namespaces compete on one scale. Only the `k` results are read
-//! from the row store.
+//! for the convex fusion, so namespaces compete on one scale. Several namespaces are searched
+//! in parallel on the worker pool. Only the `k` results are read from the row store.
 
 use std::collections::HashMap;
+
+use rayon::prelude::*;
 
 use super::reads::materialize;
 use super::search::{keyword_hits, vector_hits};
 use super::tx::validate_vector;
 use super::{Engine, State};
 use crate::error::{Error, Result};
+use crate::pool::pool;
 use crate::rank::Standing;
 use crate::rows::Snapshot;
 use crate::types::{FilterSpec, Memory, Tier};
@@ -163,27 +166,54 @@ impl Engine {
     }
 }
 
+/// Both legs' hits in one source: (vector hits, keyword hits) of (rid, score, source).
+type Legs = (Vec<(u64, f64, usize)>, Vec<(u64, f64, usize)>);
+
+fn legs(st: &State, q: &RecallQuery<'_>, i: usize, use_keyword: bool) -> Result<Legs> {
+    let src = &q.sources[i];
+    let spec = restrict(q.spec, src.tiers.as_deref());
+    if src.tiers.is_some() && spec.tiers.is_empty() {
+        return Ok((Vec::new(), Vec::new())); // the source's tiers and the filter's differ
+    }
+    let mut v = Vec::new();
+    if let Some(query) = q.vector {
+        let hits = vector_hits(st, &src.namespace, &[query], &spec, q.pool)?;
+        v.extend(hits.into_iter().flatten().map(|(r, s)| (r, s, i)));
+    }
+    let mut k = Vec::new();
+    if use_keyword {
+        let hits = keyword_hits(st, &src.namespace, q.text, &spec, q.pool)?;
+        k.extend(hits.into_iter().map(|(r, s)| (r, s, i)));
+    }
+    Ok((v, k))
+}
+
 fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recalled>> {
     let use_keyword = !q.text.trim().is_empty();
-    let (mut vpool, mut kpool) = (Vec::new(), Vec::new());
+    // each namespace once, in order; several are searched on the worker pool
     let mut seen: Vec<&str> = Vec::new();
+    let mut todo = Vec::new();
     for (i, src) in q.sources.iter().enumerate() {
-        if seen.contains(&src.namespace.as_str()) {
-            continue;
+        if !seen.contains(&src.namespace.as_str()) {
+            seen.push(&src.namespace);
+            todo.push(i);
         }
-        seen.push(&src.namespace);
-        let spec = restrict(q.spec, src.tiers.as_deref());
-        if src.tiers.is_some() && spec.tiers.is_empty() {
-            continue; // the source's tiers and the filter's have none in common
-        }
-        if let Some(v) = q.vector {
-            let hits = vector_hits(st, &src.namespace, &[v], &spec, q.pool)?;
-            vpool.extend(hits.into_iter().flatten().map(|(r, s)| (r, s, i)));
-        }
-        if use_keyword {
-            let hits = keyword_hits(st, &src.namespace, q.text, &spec, q.pool)?;
-            kpool.extend(hits.into_iter().map(|(r, s)| (r, s, i)));
-        }
+    }
+    let found: Vec<Legs> = if todo.len() > 1 {
+        pool()?.install(|| {
+            todo.par_iter()
+                .map(|i| legs(st, q, *i, use_keyword))
+                .collect::<Result<_>>()
+        })?
+    } else {
+        todo.iter()
+            .map(|i| legs(st, q, *i, use_keyword))
+            .collect::<Result<_>>()?
+    };
+    let (mut vpool, mut kpool) = (Vec::new(), Vec::new());
+    for (v, k) in found {
+        vpool.extend(v);
+        kpool.extend(k);
     }
     let (vpool, kpool) = (ranked(st, vpool), ranked(st, kpool));
 
