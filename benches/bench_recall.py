@@ -291,8 +291,20 @@ def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) ->
 
         return go
 
+    def searches(nss: list[str]) -> Callable[[], None]:
+        def go() -> None:
+            for t, v in zip(texts, vecs, strict=True):
+                for ns in nss:
+                    eight.vector_search(ns, v, k=50)
+                    eight.keyword_search(ns, t, k=50)
+
+        return go
+
     many, one = D.timed_pair(benchmark, run(names), run("ns0"), 3)
     linked = min(_time(run("ns0", linked=True)) for _ in range(3))
+    peer = min(_time(searches(names)) for _ in range(3)) / min(
+        _time(searches(["ns0"])) for _ in range(3)
+    )
     benchmark.group = "recall"
     benchmark.extra_info.update(
         {
@@ -300,6 +312,7 @@ def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) ->
             "one_s": one,
             "ratio": many / one,
             "linked_ratio": linked / one,
+            "peer_ratio_two_searches_8_vs_1": peer,
             "goal": "<= 8",
         }
     )

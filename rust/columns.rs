@@ -245,6 +245,34 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn the_timeline_orders_rows_by_creation_then_rid_and_follows_every_change() {
+        let col = |id: &str, ns: &str, at: Micros| Col {
+            id: id.into(),
+            namespace: ns.into(),
+            created_at: at,
+            ..Col::default()
+        };
+        let mut c = Columns::default();
+        c.put(1, col("a", "n", 5));
+        c.put(2, col("b", "n", 5));
+        c.put(3, col("c", "n", 3));
+        c.put(4, col("d", "other", 4));
+        let n = |c: &Columns, rid: u64| {
+            let r = &c.rows[&rid];
+            c.namespaces[&r.namespace].neighbours(r.created_at, rid)
+        };
+        assert_eq!(n(&c, 1), [Some(3), Some(2)]);
+        assert_eq!(n(&c, 3), [None, Some(1)]);
+        assert_eq!(n(&c, 4), [None, None]);
+        c.remove(1);
+        assert_eq!(n(&c, 3), [None, Some(2)]);
+        // an update in place keeps the row's place; a move changes its namespace's timeline
+        c.put(2, col("b", "other", 5));
+        assert_eq!(n(&c, 3), [None, None]);
+        assert_eq!(n(&c, 4), [None, Some(2)]);
+    }
+
     /// Stored hashes are persisted in the row store: these values must never change.
     #[test]
     fn hashes_are_stable_and_keep_their_parts_apart() {

@@ -834,7 +834,7 @@ class Store:
 
         ``rerank="quality"`` multiplies each fused score, divided by the best one, by
         ``0.8 + 0.2 * quality / max_quality`` over the candidates (`Memory.quality` at
-        ``filter.now`` or the wall clock; a max of 0 leaves scores as they are). Scores that
+        ``filter.now`` or the wall clock; a max of 0 leaves the factor at 1). Scores that
         can be negative (a cosine or inner-product vector leg alone) are min-max normalised
         instead of divided by the best. ``dedup`` keeps only the best row per
         `normalize_content` (rows with equal `fingerprint`).

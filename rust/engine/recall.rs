@@ -3,19 +3,16 @@
 //! Each source namespace runs the vector leg (`pool` nearest) and the keyword leg (`pool` best
 //! BM25) under the filter, restricted to the source's tiers. Each leg's hits over all sources
 //! form its pool: ranked by score (ties by id) for RRF, min-max normalised over the whole pool
-//! for the convex fusion, so namespaces compete on one scale. Several namespaces are searched
-//! in parallel on the worker pool. Only the `k` results are read from the row store.
+//! for the convex fusion, so namespaces compete on one scale. Only the `k` results are read
+//! from the row store.
 
 use std::collections::HashMap;
-
-use rayon::prelude::*;
 
 use super::reads::materialize;
 use super::search::{keyword_hits, vector_hits};
 use super::tx::validate_vector;
 use super::{Engine, State};
 use crate::error::{Error, Result};
-use crate::pool::pool;
 use crate::rank::Standing;
 use crate::rows::Snapshot;
 use crate::types::{FilterSpec, Memory, Tier};
@@ -190,7 +187,9 @@ fn legs(st: &State, q: &RecallQuery<'_>, i: usize, use_keyword: bool) -> Result<
 
 fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recalled>> {
     let use_keyword = !q.text.trim().is_empty();
-    // each namespace once, in order; several are searched on the worker pool
+    // each namespace once, in order, on the calling thread: fanning namespaces out to the
+    // worker pool measured slower on a loaded machine (each call waits for its slowest
+    // worker), and callers get parallelism from their own threads
     let mut seen: Vec<&str> = Vec::new();
     let mut todo = Vec::new();
     for (i, src) in q.sources.iter().enumerate() {
@@ -199,17 +198,10 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
             todo.push(i);
         }
     }
-    let found: Vec<Legs> = if todo.len() > 1 {
-        pool()?.install(|| {
-            todo.par_iter()
-                .map(|i| legs(st, q, *i, use_keyword))
-                .collect::<Result<_>>()
-        })?
-    } else {
-        todo.iter()
-            .map(|i| legs(st, q, *i, use_keyword))
-            .collect::<Result<_>>()?
-    };
+    let found = todo
+        .iter()
+        .map(|i| legs(st, q, *i, use_keyword))
+        .collect::<Result<Vec<Legs>>>()?;
     let (mut vpool, mut kpool) = (Vec::new(), Vec::new());
     for (v, k) in found {
         vpool.extend(v);
