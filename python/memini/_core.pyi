@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from memini.types import Memory, Recalled, Scored
 
-__all__ = ["Engine", "build_profile", "ranking"]
+__all__ = ["Engine", "LocalModel", "build_profile", "ranking"]
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
@@ -150,3 +150,15 @@ class Engine:
         (convex) or rrf_k; ``context`` the weight of the timeline neighbours (0 = none)."""
     def reinforce_rows(self, rows: builtins.list[tuple[str, str]], accessed_at: int) -> None:
         """`reinforce` of (namespace, id) pairs across namespaces in one durable batch."""
+
+@final
+class LocalModel:
+    """all-MiniLM-L6-v2 loaded from its ``model.safetensors`` and ``tokenizer.json`` bytes;
+    ``embed`` tokenizes and runs the model without the GIL. Thread-safe."""
+
+    def __new__(cls, weights: bytes, tokenizer_json: bytes) -> LocalModel: ...
+    @property
+    def dims(self) -> int: ...
+    def token_ids(self, text: str) -> list[int]: ...
+    def embed(self, texts: list[str], batch: int) -> npt.NDArray[np.float32]:
+        """Unit vectors, shape (len(texts), dims)."""

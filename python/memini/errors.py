@@ -11,6 +11,7 @@ __all__ = [
     "NotFoundError",
     "StoreClosedError",
     "StoreLockedError",
+    "UnavailableError",
 ]
 
 
@@ -44,3 +45,8 @@ class StoreLockedError(MeminiError):
 
 class CorruptionError(MeminiError):
     """The row store itself is damaged."""
+
+
+class UnavailableError(MeminiError):
+    """A service memini depends on (a remote store, an embedding service) cannot be reached,
+    timed out, or kept failing after retries; the same call may succeed later."""

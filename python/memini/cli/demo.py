@@ -2,7 +2,9 @@
 
 The sample (``memini/data``) holds 10,000 PyPI package summaries with float16 vectors and a
 few query vectors; the demo imports it into a store (skipping what is there already) and
-runs a vector, a keyword, a filtered and a time-travel recall.
+runs a vector, a keyword, a filtered and a time-travel recall. The sample's vectors come from
+all-MiniLM-L6-v2 (sentence-transformers), the model `memini.embed.LocalEmbedder` runs: with
+``memini[embed]`` installed the demo also embeds typed queries (``--query``) in process.
 """
 
 from __future__ import annotations
@@ -26,14 +28,18 @@ from rich.console import Console
 
 from memini.cli.common import CliError, create_store, open_existing, progress_bar
 from memini.cli.importer import Importer
-from memini.errors import MeminiError
+from memini.embed import LocalEmbedder
+from memini.errors import InvalidArgumentError, MeminiError
 from memini.store import Store
 from memini.types import Filter, Scored, Tier
 
-__all__ = ["DEFAULT_DEMO_STORE", "cmd_demo"]
+__all__ = ["DEFAULT_DEMO_QUERIES", "DEFAULT_DEMO_STORE", "cmd_demo"]
 
 DEFAULT_DEMO_STORE = "./memini-data"
 """Where ``memini demo`` puts its store unless told otherwise."""
+
+DEFAULT_DEMO_QUERIES = ("read tables out of pdf files", "tool to keep my agents' memories")
+"""The typed queries ``memini demo`` embeds with the local model unless given ``--query``."""
 
 
 @dataclass
@@ -79,11 +85,19 @@ def _timed(fn: Callable[[], list[Scored]]) -> tuple[list[Scored], float]:
     return hits, (time.perf_counter() - t0) * 1000
 
 
-def _open_demo_store(path: Path, dims: int) -> Store:
+def _local_embedder() -> LocalEmbedder | None:
+    """The local model when its weights are installed, else None."""
+    try:
+        return LocalEmbedder()
+    except InvalidArgumentError:
+        return None
+
+
+def _open_demo_store(path: Path, dims: int, embedder: LocalEmbedder | None) -> Store:
     """The demo's store: created for the sample, or one a previous run created."""
-    store = open_existing(path, "demo")
+    store = open_existing(path, "demo", embedder=embedder)
     if store is None:
-        return create_store(path, dims, "cos", "demo")
+        return create_store(path, dims, "cos", "demo", embedder=embedder)
     st = store.stats()
     if (st["dims"], st["metric"]) != (dims, "cos"):
         store.close()
@@ -104,7 +118,10 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     def say(text: str = "") -> None:
         out.print(text, markup=False, highlight=False)
 
-    store = _open_demo_store(path, dims)
+    embedder = _local_embedder()
+    if embedder is not None and embedder.model != sample.model:
+        raise CliError(f"the sample was embedded with {sample.model}, not {embedder.model}")
+    store = _open_demo_store(path, dims, embedder)
     with store:
         if not store.embed_model():
             store.set_embed_model(sample.model)
@@ -175,4 +192,27 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         say(f"   as_of {when.date()}, the {valid_then:,} rows valid then ({ms_then:.1f} ms):")
         for h in hits_then:
             say(_hit_line(h, store))
+
+        say()
+        queries: list[str] = args.query or list(DEFAULT_DEMO_QUERIES)
+        if embedder is None:
+            say(
+                "5. typed queries: install the local model to embed them "
+                "(pip install 'memini[embed]')"
+            )
+            return 0
+        for i, text in enumerate(queries):
+            t0 = time.perf_counter()
+            vec = store._embed_query(text)
+            embed_ms = (time.perf_counter() - t0) * 1000
+            if i == 0 and embedder.load_seconds is not None:
+                say(f"5. typed queries, embedded by {embedder.model} in process")
+                say(f"   (model loaded in {embedder.load_seconds:.2f} s, once)")
+                embed_ms -= embedder.load_seconds * 1000
+            if vec is None:
+                continue
+            hits, ms = _timed(lambda v=vec: store.vector_search(ns, v, k=5))  # type: ignore[misc]
+            say(f"   {text!r} (embedded in {embed_ms:.1f} ms, searched in {ms:.1f} ms):")
+            for h in hits:
+                say(_hit_line(h, store))
     return 0

