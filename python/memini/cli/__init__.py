@@ -11,8 +11,8 @@ Commands (``memini COMMAND --help`` lists the options):
   into a new store and exporting again gives the same bytes.
 * ``memini stats|compact|check [--repair] --store DIR``: inspect, compact, verify the indexes.
 * ``memini demo [--store ./memini-data]``: import the shipped PyPI sample and recall from it.
-* ``memini recall --store DIR NS TEXT [-k 10] [--linked] [--json]``: `Store.recall` of TEXT
-  in namespace NS (by words alone when the store has no embedder).
+* ``memini recall --store DIR NS TEXT [-k 10] [--linked] [--json] [--embedder SPEC]``:
+  `Store.recall` of TEXT in namespace NS, the query embedded with the store's model.
 
 The file format is described in `memini.cli.records`; the package splits by job: `common`
 (errors, opening stores, progress), `records` (the format), `importer` (records into a
@@ -39,7 +39,7 @@ from memini.cli.commands import (
     cmd_stats,
     export_store,
 )
-from memini.cli.common import METRICS, CliError, store_dir
+from memini.cli.common import EMBEDDER_HELP, METRICS, CliError, embedder_arg, store_dir
 from memini.cli.demo import DEFAULT_DEMO_STORE, cmd_demo
 from memini.cli.importer import ON_EXISTING, ImportSummary
 from memini.cli.recall import cmd_recall
@@ -165,6 +165,13 @@ def _parser() -> argparse.ArgumentParser:
         "--linked", action="store_true", help="also recall from the namespaces NS links to"
     )
     sp.add_argument("--json", action="store_true", help="one JSON object per result")
+    sp.add_argument(
+        "--embedder",
+        type=embedder_arg,
+        metavar="SPEC",
+        help=f"{EMBEDDER_HELP}; default: the local model when the store's vectors are its "
+        "and its weights are installed, else words alone",
+    )
     sp.set_defaults(func=cmd_recall)
     return p
 
