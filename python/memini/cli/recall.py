@@ -50,7 +50,8 @@ def _embedder(store: Store, spec: str | None) -> tuple[Embedder | None, str]:
 def _query_vector(embedder: Embedder, text: str) -> npt.NDArray[np.float32] | None:
     if not text.strip():
         return None
-    return check_vectors(embedder.embed([text]), 1, embedder)[0]
+    vectors: npt.NDArray[np.float32] = check_vectors(embedder.embed([text]), 1, embedder)
+    return np.ascontiguousarray(vectors[0], dtype=np.float32)
 
 
 def _record(rank: int, r: Recalled) -> dict[str, object]:
