@@ -247,3 +247,20 @@ impl LocalModel {
         mean.broadcast_div(&norm)?.flatten_all()?.to_vec1::<f32>()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_model_files_are_invalid_arguments() {
+        let err = LocalModel::load(b"not safetensors".to_vec(), b"{}", BertConfig::MINILM_L6)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|m| m.contains("tokenizer.json does not load")),
+            "{err:?}"
+        );
+    }
+}

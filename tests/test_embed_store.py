@@ -201,3 +201,19 @@ def test_recall_embeds_its_query(where: Path | None) -> None:
         e.calls.clear()
         s.recall("n", "green tea", vector=e.embed(["tea"])[0], k=2)  # a given vector wins
         assert e.calls == [["tea"]]
+
+
+def test_cli_embedder_option() -> None:
+    import argparse
+
+    from memini.cli.common import embedder_arg, make_embedder
+    from memini.embed import OpenAIEmbedder
+
+    assert make_embedder(embedder_arg("none")) is None and make_embedder(None) is None
+    e = make_embedder(embedder_arg("openai:http://127.0.0.1:9/v1#nomic-embed-text"))
+    assert isinstance(e, OpenAIEmbedder)
+    assert (e.url, e.model) == ("http://127.0.0.1:9/v1/embeddings", "nomic-embed-text")
+    e.close()
+    for bad in ("openai:http://x", "minilm", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="use local, openai"):
+            embedder_arg(bad)

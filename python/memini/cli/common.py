@@ -20,6 +20,7 @@ from memini.errors import InvalidArgumentError, MeminiError, StoreLockedError
 from memini.store import Store
 
 __all__ = [
+    "EMBEDDER_HELP",
     "METRICS",
     "CliError",
     "Metric",
