@@ -15,6 +15,17 @@ use crate::types::{FilterSpec, Level, Micros};
 /// Key of the memory type in the metadata.
 const MEMORY_TYPE: &str = "memory_type";
 
+/// What every row of a posting list is known to satisfy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vouched {
+    /// Nothing (the whole namespace, or a union of lists).
+    Nothing,
+    /// The row carries this tag (hash).
+    Tag(u64),
+    /// The row carries this metadata pair (hash).
+    Meta(u64),
+}
+
 /// The compiled predicate for one namespace.
 pub struct Predicate<'a> {
     ns: &'a Namespace,
@@ -111,6 +122,13 @@ impl<'a> Predicate<'a> {
     /// Whether the row passes.
     #[must_use]
     pub fn matches(&self, rid: u64, c: &Col) -> bool {
+        self.matches_vouched(rid, c, Vouched::Nothing)
+    }
+
+    /// Whether a row of a posting list passes, not testing what the list vouches for (reading
+    /// the row's tags costs a cache miss per row: ~30% of listing a 10% tag's rows).
+    #[must_use]
+    pub fn matches_vouched(&self, rid: u64, c: &Col, vouched: Vouched) -> bool {
         if self.trivial {
             return true;
         }
@@ -137,8 +155,14 @@ impl<'a> Predicate<'a> {
         {
             return false;
         }
-        if !self.tags.iter().all(|h| c.tag_hashes.contains(h))
-            || !self.meta.iter().all(|h| c.meta_hashes.contains(h))
+        if !self
+            .tags
+            .iter()
+            .all(|h| vouched == Vouched::Tag(*h) || c.tag_hashes.contains(h))
+            || !self
+                .meta
+                .iter()
+                .all(|h| vouched == Vouched::Meta(*h) || c.meta_hashes.contains(h))
             || self.exclude_meta.iter().any(|h| c.meta_hashes.contains(h))
         {
             return false;
@@ -156,10 +180,17 @@ impl<'a> Predicate<'a> {
     /// whole namespace. `None` = no such list; scan the namespace.
     #[must_use]
     pub fn candidates(&self) -> Option<Vec<u64>> {
-        let mut best: Option<Vec<u64>> = None;
-        let mut consider = |rids: Vec<u64>| {
-            if best.as_ref().is_none_or(|b| rids.len() < b.len()) {
-                best = Some(rids);
+        self.candidates_vouched().map(|(rids, _)| rids)
+    }
+
+    /// [`candidates`](Self::candidates), with what that list vouches for its rows (for
+    /// [`matches_vouched`](Self::matches_vouched)).
+    #[must_use]
+    pub fn candidates_vouched(&self) -> Option<(Vec<u64>, Vouched)> {
+        let mut best: Option<(Vec<u64>, Vouched)> = None;
+        let mut consider = |rids: Vec<u64>, vouched: Vouched| {
+            if best.as_ref().is_none_or(|b| rids.len() < b.0.len()) {
+                best = Some((rids, vouched));
             }
         };
         for h in &self.tags {
@@ -169,6 +200,7 @@ impl<'a> Predicate<'a> {
                     .get(h)
                     .map(|s| s.iter().copied().collect())
                     .unwrap_or_default(),
+                Vouched::Tag(*h),
             );
         }
         for h in &self.meta {
@@ -178,6 +210,7 @@ impl<'a> Predicate<'a> {
                     .get(h)
                     .map(|s| s.iter().copied().collect())
                     .unwrap_or_default(),
+                Vouched::Meta(*h),
             );
         }
         if !self.memory_types.is_empty() {
@@ -189,7 +222,7 @@ impl<'a> Predicate<'a> {
                 .collect();
             union.sort_unstable();
             union.dedup();
-            consider(union);
+            consider(union, Vouched::Nothing);
         }
         best
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::{Engine, Inner, State};
 use crate::columns::{fingerprint_hash, Namespace};
 use crate::error::{Error, Result};
-use crate::filter::Predicate;
+use crate::filter::{Predicate, Vouched};
 use crate::rows::{to_memory, Col, Snapshot};
 use crate::types::{FilterSpec, Memory, Metric, Micros, Scored, SortKey, Tier};
 use crate::vector::Route;
@@ -374,17 +374,21 @@ pub(super) fn matching_map<T>(
     pred: &Predicate<'_>,
     f: impl Fn(u64, &Col) -> Option<T>,
 ) -> Vec<T> {
-    let pass = |rid: u64| {
+    let pass = |rid: u64, vouched: Vouched| {
         let c = st.cols.rows.get(&rid)?;
-        if pred.matches(rid, c) {
+        if pred.matches_vouched(rid, c, vouched) {
             f(rid, c)
         } else {
             None
         }
     };
-    match pred.candidates() {
-        Some(c) => c.into_iter().filter_map(pass).collect(),
-        None => n.ids.values().copied().filter_map(pass).collect(),
+    match pred.candidates_vouched() {
+        Some((c, vouched)) => c.into_iter().filter_map(|rid| pass(rid, vouched)).collect(),
+        None => n
+            .ids
+            .values()
+            .filter_map(|rid| pass(*rid, Vouched::Nothing))
+            .collect(),
     }
 }
 

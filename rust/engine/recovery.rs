@@ -59,7 +59,7 @@ pub(super) fn open_vectors(
             }
         }
     }
-    // the graphs loaded from the checkpoint: index their vectors for exact matches
+    // the graphs loaded from the checkpoint: index their vectors (exact matches, compact copy)
     let mut old: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for c in cols.rows.values() {
         if let Some(k) = c.vkey {
@@ -69,7 +69,7 @@ pub(super) fn open_vectors(
         }
     }
     for (ns, keys) in old {
-        vi.index_exact(ns, &keys);
+        vi.index_loaded(ns, &keys);
     }
     for (ns, keys) in missing {
         vi.add(ns, vectors_of(snap, &keys)?)?;

@@ -19,17 +19,26 @@ const ROWS: u64 = 4000;
 /// Tags passing about this share of rows: every 100th row, every 33rd, ...
 const SHARES: [(&str, u64); 5] = [("p1", 100), ("p3", 33), ("p5", 20), ("p20", 5), ("p50", 2)];
 
+/// The thresholds of these tests: every plan within reach of 4,000 rows.
+const TUNING: Tuning = Tuning {
+    graph_min: 256,
+    exact_max: 32,
+    compact_scan_max: 100,
+    rare_scan_max: 100,
+    overfetch_max: 512,
+};
+
 fn engine() -> Engine {
+    engine_with(TUNING)
+}
+
+fn engine_with(tuning: Tuning) -> Engine {
     let e = Engine::open(
         None,
         &Options {
             dims: Some(DIMS),
             metric: Some(Metric::L2),
-            tuning: Tuning {
-                graph_min: 256,
-                exact_max: 32,
-                exact_scan_max: 100,
-            },
+            tuning,
         },
     )
     .unwrap();
@@ -122,9 +131,9 @@ fn each_plan_is_taken_and_agrees_with_brute_force() {
     assert_eq!(r, [Route::Graph]);
     assert!(recall >= 0.95, "unfiltered recall {recall}");
 
-    // 40 rows pass, above exact_max (32): rare, passing <= exact_scan_max -> exact scan
+    // 40 rows pass, above exact_max (32): rare, passing <= compact_scan_max -> compact scan
     let (recall, r) = run(&e, &tagged("p1"), every(100), 10);
-    assert_eq!((recall, r), (1.0, vec![Route::RareScan]));
+    assert_eq!((recall, r), (1.0, vec![Route::CompactScan]));
 
     // two tags: the bound is the smaller posting list (p1, 40 rows), still above exact_max
     let both = FilterSpec {
@@ -133,9 +142,9 @@ fn each_plan_is_taken_and_agrees_with_brute_force() {
     };
     let (recall, r) = run(&e, &both, every(100), 10);
     assert_eq!(recall, 1.0);
-    assert_eq!(r, [Route::RareScan]);
+    assert_eq!(r, [Route::CompactScan]);
 
-    // 122 rows pass (3%): too rare to over-fetch, more than exact_scan_max -> traversal
+    // 122 rows pass (3%): too rare to over-fetch, more than rare_scan_max -> traversal
     let (recall, r) = run(&e, &tagged("p3"), every(33), 10);
     assert!(recall >= 0.95, "3% recall {recall}");
     assert!(r.contains(&Route::Traversal), "{r:?}");
@@ -146,6 +155,22 @@ fn each_plan_is_taken_and_agrees_with_brute_force() {
         assert!(recall >= 0.95, "{tag} recall {recall}");
         assert!(r.contains(&Route::Overfetch), "{tag}: {r:?}");
     }
+}
+
+#[test]
+fn a_filter_too_rare_to_overfetch_is_a_compact_scan_up_to_rare_scan_max() {
+    let e = engine_with(Tuning {
+        compact_scan_max: 0,
+        rare_scan_max: 1000,
+        ..TUNING
+    });
+    // 3%: over-fetching would take 583 candidates (> 512); 122 rows <= rare_scan_max
+    let (recall, r) = run(&e, &tagged("p3"), every(33), 10);
+    assert_eq!((recall, r), (1.0, vec![Route::CompactScan]));
+    // 20%: over-fetch, even though 800 rows <= rare_scan_max
+    let (recall, r) = run(&e, &tagged("p20"), every(5), 10);
+    assert!(recall >= 0.95, "20% recall {recall}");
+    assert!(r.contains(&Route::Overfetch), "{r:?}");
 }
 
 #[test]
@@ -260,4 +285,124 @@ fn every_stored_vector_is_found_first_by_itself() {
     check(&e, &|i| i % 3 != 0);
     e.compact().unwrap();
     check(&e, &|i| i % 3 != 0);
+}
+
+/// The compact copy stays in step with the rows: with every filtered search forced through
+/// it, each live tagged row is found first by its own vector and the results match brute
+/// force, through upserts, vector updates, replacements, deletes, a reassign, a reopen from the
+/// checkpoint and compaction.
+#[test]
+#[allow(clippy::too_many_lines, reason = "one scenario, step by step")]
+fn the_compact_copy_follows_every_change() {
+    use memini::MemoryPatch;
+    use std::collections::BTreeMap;
+    const N: u64 = 3000;
+    const D: usize = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        dims: Some(D),
+        metric: Some(Metric::L2),
+        tuning: Tuning {
+            graph_min: 256,
+            exact_max: 32,
+            compact_scan_max: usize::MAX,
+            ..TUNING
+        },
+    };
+    // the model: id -> (vector, namespace); rows with i % 4 == 0 carry tag "a"
+    let mut model: BTreeMap<u64, (Vec<f32>, &str)> = BTreeMap::new();
+    let row = |i: u64, v: &[f32]| {
+        let mut m = mem(&format!("r{i:05}"), "n", "row", Some(v.to_vec()));
+        m.memory.tags = if i.is_multiple_of(4) {
+            vec!["a".into()]
+        } else {
+            vec![]
+        };
+        m
+    };
+    let check = |e: &Engine, model: &BTreeMap<u64, (Vec<f32>, &str)>, step: &str| {
+        let passing: Vec<(&u64, &Vec<f32>)> = model
+            .iter()
+            .filter(|(i, (_, ns))| *i % 4 == 0 && *ns == "n")
+            .map(|(i, (v, _))| (i, v))
+            .collect();
+        let before = routes(e);
+        let (mut found, mut wanted) = (0usize, 0usize);
+        for (i, v) in passing.iter().step_by(7) {
+            let hits = e.vector_search("n", v, &tagged("a"), 10).unwrap();
+            assert_eq!(hits.len(), 10.min(passing.len()), "{step}");
+            assert_eq!(hits[0].memory.id, format!("r{i:05}"), "{step}: row {i}");
+            assert_eq!(hits[0].score, 1.0, "{step}: row {i}");
+            let mut truth: Vec<(f32, String)> = passing
+                .iter()
+                .map(|(j, w)| {
+                    let d: f32 = v.iter().zip(*w).map(|(a, b)| (a - b) * (a - b)).sum();
+                    (d, format!("r{j:05}"))
+                })
+                .collect();
+            truth.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            wanted += 10;
+            found += truth[..10]
+                .iter()
+                .filter(|t| hits.iter().any(|h| h.memory.id == t.1))
+                .count();
+        }
+        let recall = found as f64 / wanted as f64;
+        assert!(recall >= 0.99, "{step}: recall {recall}");
+        assert_eq!(taken(&before, &routes(e)), [Route::CompactScan], "{step}");
+    };
+    {
+        let e = Engine::open(Some(dir.path()), &options).unwrap();
+        let rows = (0..N)
+            .map(|i| {
+                model.insert(i, (vector(i, D), "n"));
+                row(i, &vector(i, D))
+            })
+            .collect();
+        e.upsert_many(rows).unwrap();
+        check(&e, &model, "upsert");
+        for i in (0..N).step_by(29) {
+            let v = vector(10_000 + i, D);
+            let patch = MemoryPatch {
+                embedding: Some(Some(v.clone())),
+                ..MemoryPatch::default()
+            };
+            e.update("n", &format!("r{i:05}"), patch).unwrap();
+            model.insert(i, (v, "n"));
+        }
+        check(&e, &model, "update");
+        let rows = (0..N)
+            .step_by(31)
+            .map(|i| {
+                let v = vector(20_000 + i, D);
+                model.insert(i, (v.clone(), "n"));
+                row(i, &v)
+            })
+            .collect();
+        e.upsert_many(rows).unwrap();
+        check(&e, &model, "replace");
+        for i in (0..N).step_by(11) {
+            e.delete("n", &format!("r{i:05}")).unwrap();
+            model.remove(&i);
+        }
+        check(&e, &model, "delete");
+        let moved: Vec<u64> = model.keys().copied().step_by(13).collect();
+        let ids = moved.iter().map(|i| format!("r{i:05}")).collect();
+        e.reassign("n", ids, "m").unwrap();
+        for i in moved {
+            model.get_mut(&i).unwrap().1 = "m";
+        }
+        check(&e, &model, "reassign");
+        e.close().unwrap();
+    }
+    let e = Engine::open(Some(dir.path()), &options).unwrap();
+    check(&e, &model, "reopen");
+    for i in (1..N).step_by(3) {
+        if model.get(&i).is_some_and(|(_, ns)| *ns == "n") {
+            e.delete("n", &format!("r{i:05}")).unwrap();
+            model.remove(&i);
+        }
+    }
+    e.compact().unwrap();
+    check(&e, &model, "compact");
 }

@@ -62,6 +62,8 @@ impl Drop for Permit<'_> {
 /// Graph partition: a usearch index reachable only through methods that demand a [`Permit`].
 pub(super) struct Graph {
     index: Index,
+    /// The metric it was created with.
+    pub(super) metric: Metric,
     /// Graves: removed vectors kept as routing nodes under `GRAVE | key`.
     removed: AtomicUsize,
 }
@@ -89,6 +91,7 @@ impl Graph {
         let index = Index::new(&options).map_err(|e| usearch_err("create", e))?;
         let g = Self {
             index,
+            metric,
             removed: AtomicUsize::new(0),
         };
         g.reserve(capacity.max(64), p)?;
