@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -225,17 +225,19 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _key_fields_are_not_updates(method: Callable[_P, _R]) -> Callable[_P, _R]:
+def _key_fields_are_not_updates(
+    method: Callable[Concatenate[Store, _P], _R],
+) -> Callable[Concatenate[Store, _P], _R]:
     """For ``Store.update(self, namespace, id, **fields)``: ``namespace=``/``id=`` passed as
     a *field* while the key is already given positionally is an `InvalidArgumentError`
     naming the right tool, not Python's "got multiple values for argument" TypeError."""
 
     @functools.wraps(method)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        for name in ("namespace", "id")[: len(args) - 1]:  # args[0] is the Store
+    def wrapper(self: Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        for name in ("namespace", "id")[: len(args)]:
             if name in kwargs:
                 raise cv.not_updatable(name)
-        return method(*args, **kwargs)
+        return method(self, *args, **kwargs)
 
     return wrapper
 
@@ -490,7 +492,7 @@ class Store:
         return len(ms)
 
     @_key_fields_are_not_updates
-    def update(self, namespace: str, id: str, **fields: Any) -> Memory:
+    def update(self, /, namespace: str, id: str, **fields: Any) -> Memory:
         """Change only the named fields of a memory; return the stored row.
 
         ``embedding=`` replaces the vector (``None`` removes it; omitting keeps it);

@@ -1,0 +1,244 @@
+"""asyncio front ends: `AsyncStore`, every `Store` method as a coroutine.
+
+Each call runs the `Store` method on a worker thread of a bounded pool owned by the
+`AsyncStore`, so the event loop never waits for store work. The core releases the GIL for
+searches, reads and commits, so concurrent awaits really run in parallel on as many cores as
+the machine has (writes are group-committed: concurrent writers share fsyncs).
+
+Cancelling an await does not cancel the store call it started: a write that was already
+running completes (durably) even though its awaiter sees `asyncio.CancelledError`.
+
+The wrappers are derived from `Store`'s methods in one place (`_Coroutine`), typed from them
+(mypy sees ``AsyncStore.get(ns, id) -> Coroutine[..., Memory]``), and a test checks that
+every public `Store` method has one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import os
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
+
+from memini.errors import InvalidArgumentError
+from memini.store import Store
+
+__all__ = ["AsyncStore", "default_workers"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_MAX_WORKERS = 256
+
+
+def default_workers() -> int:
+    """Worker threads of an `AsyncStore` pool: ``2 * cores + 4``, at most 256.
+
+    Searches are CPU work without the GIL (one thread per core keeps every core busy);
+    writes mostly wait for fsync while their group commit runs, so twice the cores keeps
+    the cores busy with a write batch in flight; the cap keeps a 512-core box from starting
+    a thousand threads. Idle threads cost nothing: a pool starts them on demand.
+    """
+    return min(_MAX_WORKERS, 2 * (os.cpu_count() or 1) + 4)
+
+
+def _pool(workers: int | None, name: str) -> ThreadPoolExecutor:
+    n = default_workers() if workers is None else workers
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4096:
+        raise InvalidArgumentError(
+            f"workers must be an int between 1 and 4096, got {workers!r} "
+            f"(None = {default_workers()} on this machine)"
+        )
+    return ThreadPoolExecutor(max_workers=n, thread_name_prefix=name)
+
+
+async def _in_pool(
+    pool: ThreadPoolExecutor, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+) -> _R:
+    """``fn(*args, **kwargs)`` on ``pool``, with the caller's context variables."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(pool, call)
+
+
+class _Coroutine(Generic[_P, _R]):
+    """A `Store` method as a coroutine method of `AsyncStore`, typed from the method."""
+
+    def __init__(self, method: Callable[Concatenate[Store, _P], _R]) -> None:
+        self._method = method
+        self.__doc__ = method.__doc__
+        self.__name__ = method.__name__
+        sig = inspect.signature(method)
+        self._signature = sig.replace(parameters=list(sig.parameters.values())[1:])
+
+    @overload
+    def __get__(self, obj: None, owner: type[AsyncStore]) -> Self: ...
+    @overload
+    def __get__(
+        self, obj: AsyncStore, owner: type[AsyncStore]
+    ) -> Callable[_P, Coroutine[Any, Any, _R]]: ...
+    def __get__(
+        self, obj: AsyncStore | None, owner: type[AsyncStore]
+    ) -> Self | Callable[_P, Coroutine[Any, Any, _R]]:
+        if obj is None:
+            return self
+        method = self._method
+
+        @functools.wraps(method)
+        async def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            return await obj._run(method, *args, **kwargs)
+
+        call.__signature__ = self._signature  # type: ignore[attr-defined]
+        return call
+
+
+def _async_open(open_store: Callable[_P, Store]) -> Callable[_P, Coroutine[Any, Any, AsyncStore]]:
+    """`Store.open` as a coroutine returning an `AsyncStore` (same arguments and types)."""
+
+    async def open(*args: _P.args, **kwargs: _P.kwargs) -> AsyncStore:
+        """Open (or create) a store as `Store.open` does, off the event loop.
+
+        Same arguments, defaults and exceptions as `Store.open`. The pool has
+        `default_workers` threads; for another size wrap a `Store` yourself:
+        ``AsyncStore(Store.open(...), workers=n)``.
+        """
+        # opening may rebuild an index: on a thread of its own, off the event loop
+        return AsyncStore(await asyncio.to_thread(open_store, *args, **kwargs))
+
+    return open
+
+
+class AsyncStore:
+    """An open `Store` driven from asyncio: every `Store` method is a coroutine here.
+
+    Open with ``await AsyncStore.open(path, dims=...)`` (the options of `Store.open`), or
+    wrap a `Store` you already hold with ``AsyncStore(store)``; use ``async with`` or
+    ``await close()``. Signatures, results and exceptions are `Store`'s. Concurrent awaits run
+    in parallel on a bounded thread pool (`default_workers` threads unless ``workers`` is
+    given), so the event loop stays free while the store works.
+    """
+
+    def __init__(self, store: Store, *, workers: int | None = None) -> None:
+        """Drive ``store`` from asyncio on a pool of ``workers`` threads.
+
+        Closing the `AsyncStore` closes ``store``.
+
+        Raises:
+            InvalidArgumentError: ``store`` is not a `Store`, or ``workers`` is not an int in
+                [1, 4096].
+        """
+        if not isinstance(store, Store):
+            raise InvalidArgumentError(
+                f"AsyncStore wraps a memini.Store, got {type(store).__name__} "
+                "(open one with `await AsyncStore.open(path, dims=...)`)"
+            )
+        self._store = store
+        self._pool = _pool(workers, "memini-aio")
+        self._closed = False
+
+    @property
+    def store(self) -> Store:
+        """The wrapped `Store`, for synchronous code sharing it (it is thread-safe)."""
+        return self._store
+
+    async def _run(
+        self, method: Callable[Concatenate[Store, _P], _R], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R:
+        if self._closed:  # the store raises StoreClosedError at once: no thread needed
+            return method(self._store, *args, **kwargs)
+        return await _in_pool(self._pool, method, self._store, *args, **kwargs)
+
+    async def close(self) -> None:
+        """Close the store (waits for in-flight calls) and its thread pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.to_thread(self._store.close)
+        finally:
+            self._pool.shutdown(wait=False)
+
+    async def __aenter__(self) -> Self:
+        self._store.ping()  # a closed store raises StoreClosedError here
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<memini.aio.AsyncStore over {self._store!r}>"
+
+    open = staticmethod(_async_open(Store.open))
+
+    # ------------------------------------------------------------------ the Store methods
+    # One line per public Store method (tests/test_aio.py checks none is missing).
+
+    ping = _Coroutine(Store.ping)
+    stats = _Coroutine(Store.stats)
+    acknowledge_meta_db_loss = _Coroutine(Store.acknowledge_meta_db_loss)
+    backup = _Coroutine(Store.backup)
+    compact = _Coroutine(Store.compact)
+    # memories: writes
+    upsert = _Coroutine(Store.upsert)
+    upsert_many = _Coroutine(Store.upsert_many)
+    update = _Coroutine(Store.update)
+    delete = _Coroutine(Store.delete)
+    set_superseded = _Coroutine(Store.set_superseded)
+    restore = _Coroutine(Store.restore)
+    reinforce = _Coroutine(Store.reinforce)
+    delete_if_expired_before = _Coroutine(Store.delete_if_expired_before)
+    sweep_expired = _Coroutine(Store.sweep_expired)
+    delete_namespace = _Coroutine(Store.delete_namespace)
+    reassign = _Coroutine(Store.reassign)
+    retier = _Coroutine(Store.retier)
+    set_confidence = _Coroutine(Store.set_confidence)
+    mark_contradicted = _Coroutine(Store.mark_contradicted)
+    set_embed_model = _Coroutine(Store.set_embed_model)
+    # memories: reads
+    get = _Coroutine(Store.get)
+    get_embedding = _Coroutine(Store.get_embedding)
+    ids_by_prefix = _Coroutine(Store.ids_by_prefix)
+    predecessor_ids = _Coroutine(Store.predecessor_ids)
+    get_by_fingerprint = _Coroutine(Store.get_by_fingerprint)
+    list_expired = _Coroutine(Store.list_expired)
+    list = _Coroutine(Store.list)
+    count = _Coroutine(Store.count)
+    list_namespaces = _Coroutine(Store.list_namespaces)
+    namespace_activity = _Coroutine(Store.namespace_activity)
+    embed_model = _Coroutine(Store.embed_model)
+    refresh_active_counts = _Coroutine(Store.refresh_active_counts)
+    # search
+    vector_search = _Coroutine(Store.vector_search)
+    vector_search_many = _Coroutine(Store.vector_search_many)
+    keyword_search = _Coroutine(Store.keyword_search)
+    recall = _Coroutine(Store.recall)
+    # links
+    put_link = _Coroutine(Store.put_link)
+    delete_link = _Coroutine(Store.delete_link)
+    list_links = _Coroutine(Store.list_links)
+    list_all_links = _Coroutine(Store.list_all_links)
+    rename_link_endpoints = _Coroutine(Store.rename_link_endpoints)
+    # API keys
+    put_api_key = _Coroutine(Store.put_api_key)
+    authenticate = _Coroutine(Store.authenticate)
+    delete_api_key = _Coroutine(Store.delete_api_key)
+    list_api_keys = _Coroutine(Store.list_api_keys)
+    get_api_key_by_hash = _Coroutine(Store.get_api_key_by_hash)
+    rename_api_key_namespaces = _Coroutine(Store.rename_api_key_namespaces)
+    # events
+    append_events = _Coroutine(Store.append_events)
+    list_events = _Coroutine(Store.list_events)
+    prune_events = _Coroutine(Store.prune_events)
+
+
+# ---------------------------------------------------------------------- served stores
+# `connect(url, *, api_key=None, timeout=30.0) -> AsyncRemoteStore` (API.md section 8) goes
+# here, beside `AsyncStore`, when the remote client lands.
