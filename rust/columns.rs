@@ -114,6 +114,9 @@ pub struct Namespace {
     pub valid_tos: Instants,
     /// Rows with a vector.
     pub vectors: usize,
+    /// (created_at, rid) of every row: the namespace's timeline, in the order rows were
+    /// made (rows stamped the same instant in the order they were first stored).
+    pub timeline: BTreeSet<(Micros, u64)>,
 }
 
 impl Namespace {
@@ -137,6 +140,7 @@ impl Namespace {
         self.expiries.add(col.expires_at);
         self.valid_tos.add(col.valid_to);
         self.vectors += usize::from(col.vkey.is_some());
+        self.timeline.insert((col.created_at, rid));
     }
 
     fn remove(&mut self, rid: u64, col: &Col) {
@@ -158,6 +162,21 @@ impl Namespace {
         self.expiries.remove(col.expires_at);
         self.valid_tos.remove(col.valid_to);
         self.vectors -= usize::from(col.vkey.is_some());
+        self.timeline.remove(&(col.created_at, rid));
+    }
+
+    /// The rows just before and just after `(created_at, rid)` on the timeline.
+    #[must_use]
+    pub fn neighbours(&self, created_at: Micros, rid: u64) -> [Option<u64>; 2] {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let at = (created_at, rid);
+        [
+            self.timeline.range(..at).next_back().map(|e| e.1),
+            self.timeline
+                .range((Excluded(at), Unbounded))
+                .next()
+                .map(|e| e.1),
+        ]
     }
 }
 
@@ -225,6 +244,34 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    #[test]
+    fn the_timeline_orders_rows_by_creation_then_rid_and_follows_every_change() {
+        let col = |id: &str, ns: &str, at: Micros| Col {
+            id: id.into(),
+            namespace: ns.into(),
+            created_at: at,
+            ..Col::default()
+        };
+        let mut c = Columns::default();
+        c.put(1, col("a", "n", 5));
+        c.put(2, col("b", "n", 5));
+        c.put(3, col("c", "n", 3));
+        c.put(4, col("d", "other", 4));
+        let n = |c: &Columns, rid: u64| {
+            let r = &c.rows[&rid];
+            c.namespaces[&r.namespace].neighbours(r.created_at, rid)
+        };
+        assert_eq!(n(&c, 1), [Some(3), Some(2)]);
+        assert_eq!(n(&c, 3), [None, Some(1)]);
+        assert_eq!(n(&c, 4), [None, None]);
+        c.remove(1);
+        assert_eq!(n(&c, 3), [None, Some(2)]);
+        // an update in place keeps the row's place; a move changes its namespace's timeline
+        c.put(2, col("b", "other", 5));
+        assert_eq!(n(&c, 3), [None, None]);
+        assert_eq!(n(&c, 4), [None, Some(2)]);
+    }
 
     /// Stored hashes are persisted in the row store: these values must never change.
     #[test]

@@ -75,6 +75,148 @@ pub const FOLD_DOCS: usize = 4096;
 /// ...or when its oldest change is this old.
 const FOLD_AGE: Duration = Duration::from_secs(1);
 
+/// English stopwords (NLTK's list, apostrophes dropped): a query's words in this list are left
+/// out when it has others. They carry little meaning and, in a question ("what did she say
+/// about ..."), match most documents; BM25's idf lowers them but their many small matches
+/// still crowd the ranking. A query of stopwords alone keeps them.
+const STOPWORDS: &[&str] = &[
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "don",
+    "down",
+    "during",
+    "each",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "me",
+    "more",
+    "most",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "now",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "very",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+];
+
+/// Whether a query word (as written) is an English stopword, case-insensitively.
+fn is_stopword(word: &str) -> bool {
+    word.len() <= 10
+        && STOPWORDS
+            .binary_search(&word.to_lowercase().as_str())
+            .is_ok()
+}
+
 fn kw_err(context: &str, e: impl std::fmt::Display) -> Error {
     Error::storage(&format!("keyword index: {context}"), e)
 }
@@ -778,23 +920,34 @@ impl KeywordIndex {
         Committer(Arc::clone(&self.shared))
     }
 
-    /// The query's terms: analyzer tokens of its words of >= 2 letters/digits, deduplicated.
+    /// The query's terms: analyzer tokens of its words of >= 2 letters/digits, deduplicated,
+    /// without English stopwords (see [`STOPWORDS`]) unless the query has nothing else.
     fn terms(&self, query: &str) -> Vec<(String, Term)> {
         let mut analyzer = analyzer();
         let mut stream = analyzer.token_stream(query);
         let mut seen = HashSet::new();
         let mut terms = Vec::new();
+        let mut stop = Vec::new();
         while stream.advance() {
             let t = stream.token();
             let word = query.get(t.offset_from..t.offset_to).unwrap_or("");
             if word.chars().count() >= 2 && seen.insert(t.text.clone()) {
-                terms.push((
+                let term = (
                     t.text.clone(),
                     Term::from_field_text(self.shared.fields.text, &t.text),
-                ));
+                );
+                if is_stopword(word) {
+                    stop.push(term);
+                } else {
+                    terms.push(term);
+                }
             }
         }
-        terms
+        if terms.is_empty() {
+            stop
+        } else {
+            terms
+        }
     }
 
     /// BM25 top-`k` rows of `namespace` for `query` among the documents `accept(rid, version)`

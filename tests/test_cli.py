@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from embed_helpers import needs_weights
 from memini import (
     APIKey,
     Event,
@@ -27,6 +28,7 @@ from memini import (
     hash_api_key,
 )
 from memini.cli import main
+from memini.embed import LocalEmbedder
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 EVERYTHING = Filter(include_expired=True, include_superseded=True)
@@ -862,3 +864,58 @@ def test_check_notices_a_lost_meta_db(
     assert rc == 0 and "acknowledged" in out
     rc, out, _ = run(capsys, "check", "--store", str(store))
     assert rc == 0 and "consistent" in out
+
+
+def test_recall_prints_the_best_memories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s"
+    with Store.open(path, dims=4) as s:
+        s.upsert_many(
+            [
+                Memory(id="a", namespace="n", content="Alice drinks coffee every morning"),
+                Memory(id="b", namespace="n", content="Bob drinks tea", embedding=_vec(1)),
+                Memory(id="c", namespace="other", content="Alice drinks coffee too"),
+            ]
+        )
+    assert main(["recall", "--store", str(path), "n", "what does Alice drink?", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b"]
+    assert rows[0]["namespace"] == "n" and rows[0]["vector_score"] is None
+    assert main(["recall", "--store", str(path), "n", "coffee", "-k", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "n/a" in captured.out and "b" not in captured.out.split("n/a")[1]
+    assert "by words alone" in captured.err
+    assert main(["recall", "--store", str(tmp_path / "none"), "n", "x"]) == 1
+    # an embedder of another model than the store's is refused
+    with Store.open(path) as s:
+        s.set_embed_model("some/other-model")
+    assert (
+        main(
+            ["recall", "--store", str(path), "n", "x", "--embedder", "openai:http://127.0.0.1:9#m"]
+        )
+        == 1
+    )
+
+
+@needs_weights
+def test_recall_embeds_the_query_with_the_stores_local_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s"
+    with Store.open(path, embedder=LocalEmbedder()) as s:
+        s.upsert_many(
+            [
+                Memory(id="a", namespace="n", content="Alice drinks coffee every morning"),
+                Memory(id="b", namespace="n", content="The weather was cold in Oslo"),
+            ]
+        )
+    assert (
+        main(["recall", "--store", str(path), "n", "what is her favourite beverage", "--json"]) == 0
+    )
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    assert rows[0]["id"] == "a" and rows[0]["vector_score"] is not None
+    assert "by words alone" not in captured.err
+    assert main(["recall", "--store", str(path), "n", "coffee", "--embedder", "none"]) == 0
+    assert "by words alone: --embedder none" in capsys.readouterr().err

@@ -451,3 +451,54 @@ def test_signature_is_the_contract(store: Store) -> None:
     with pytest.raises(TypeError):
         store.recall(NS, "words", vec(1, 0), None, 5, "rrf")  # type: ignore[misc]
     assert len(store.recall([NS] * 64, "words")) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the defaults: neighbour context, stopwords
+
+
+def test_default_fusion_credits_timeline_neighbours(store: Store) -> None:
+    # a question and its answer, stored one after the other; the answer shares no word
+    # with the query and is as close to its vector as an unrelated row
+    store.upsert_many(
+        [
+            mem("q1", "did you enjoy the lake trip", embedding=vec(1, 0.2)),
+            mem("a1", "yes, we swam every single day", embedding=vec(0.5, 0.5)),
+            Memory(id="z1", namespace=NS, content="no vector, no matching word"),
+            mem("x1", "groceries are expensive now", embedding=vec(0.5, 0.5)),
+            Memory(id="z2", namespace=NS, content="no vector, no matching word either"),
+            mem("y1", "the lake was frozen in winter", embedding=vec(0, 1)),
+        ]
+    )
+    plain = store.recall(NS, "lake trip", vec(1, 0), fusion="convex", alpha=0.4, dedup=False)
+    by = {r.memory.id: r.score for r in plain}
+    assert by["a1"] == by["x1"]  # the bare formula cannot tell them apart
+    rs = store.recall(NS, "lake trip", vec(1, 0), dedup=False)
+    order = ids(rs)
+    assert order.index("a1") < order.index("x1")
+    # without its neighbour among the candidates, no credit
+    f = Filter(exclude_ids=["q1"])
+    rs = store.recall(NS, "lake trip", vec(1, 0), f, dedup=False)
+    by = {r.memory.id: r.score for r in rs}
+    assert by["a1"] == by["x1"]
+    # one leg alone is that search, whatever the defaults
+    assert ids(store.recall(NS, "", vec(1, 0), dedup=False)) == ids_of(
+        store.vector_search(NS, vec(1, 0))
+    )
+
+
+def test_keyword_queries_drop_stopwords_unless_nothing_else(store: Store) -> None:
+    store.upsert_many(
+        [
+            mem("a", "the cat ate the fish"),
+            mem("b", "what a day it was"),
+            mem("c", "a cat, a dog"),
+        ]
+    )
+    for q, same in (("what did the cat eat", "cat eat"), ("The CAT ate?", "cat ate")):
+        hits = store.keyword_search(NS, q)
+        assert [(h.memory.id, h.score) for h in hits] == [
+            (h.memory.id, h.score) for h in store.keyword_search(NS, same)
+        ], q
+    # stopwords alone still search
+    assert ids_of(store.keyword_search(NS, "what was it")) == ["b"]

@@ -142,11 +142,12 @@ class Engine:
         pool: int,
         fusion: Literal["convex", "rrf"],
         fusion_param: float,
+        context: float,
         quality: bool,
         dedup: bool,
     ) -> builtins.list[Recalled]:
         """Hybrid recall over (namespace, tiers or None) sources; ``fusion_param`` is alpha
-        (convex) or rrf_k."""
+        (convex) or rrf_k; ``context`` the weight of the timeline neighbours (0 = none)."""
     def reinforce_rows(self, rows: builtins.list[tuple[str, str]], accessed_at: int) -> None:
         """`reinforce` of (namespace, id) pairs across namespaces in one durable batch."""
 

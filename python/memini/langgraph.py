@@ -738,7 +738,10 @@ class MeminiStore(BaseStore):
         are recalled 64 at a time and merged by score."""
         out: list[tuple[Memory, float]] = []
         exhausted = True
-        options = dict(self._recall)
+        # the bare convex formula unless configured: LangGraph's scores are similarities in
+        # [0, 1], and an item's rows carry no conversation order for recall's default
+        # neighbour context to use
+        options = {"fusion": "convex", **self._recall}
         if options.get("fusion", "convex") == "convex" and options.get("alpha") == 1.0:
             # the words weigh nothing: the vector leg alone, k candidates, cosine scores
             query, options = "", {"pool": k}

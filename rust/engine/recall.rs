@@ -58,6 +58,9 @@ pub struct RecallQuery<'a> {
     pub pool: usize,
     /// The fusion.
     pub fusion: Fusion,
+    /// Neighbour context: when both legs ran, each candidate's fused score gains this times
+    /// the best fused score of its timeline neighbours among the candidates (0 = none).
+    pub context: f64,
     /// Rerank by `Memory.quality` at `spec.now`.
     pub quality: bool,
     /// Keep only the best row per content fingerprint.
@@ -145,6 +148,12 @@ impl Engine {
             }
             _ => {}
         }
+        if !(q.context >= 0.0 && q.context.is_finite()) {
+            return Err(Error::invalid(format!(
+                "context must be a finite number >= 0, got {}",
+                q.context
+            )));
+        }
         self.read(|inner, st, snap| {
             if let Some(v) = q.vector {
                 validate_vector(v, inner.dims)?;
@@ -154,27 +163,49 @@ impl Engine {
     }
 }
 
+/// Both legs' hits in one source: (vector hits, keyword hits) of (rid, score, source).
+type Legs = (Vec<(u64, f64, usize)>, Vec<(u64, f64, usize)>);
+
+fn legs(st: &State, q: &RecallQuery<'_>, i: usize, use_keyword: bool) -> Result<Legs> {
+    let src = &q.sources[i];
+    let spec = restrict(q.spec, src.tiers.as_deref());
+    if src.tiers.is_some() && spec.tiers.is_empty() {
+        return Ok((Vec::new(), Vec::new())); // the source's tiers and the filter's differ
+    }
+    let mut v = Vec::new();
+    if let Some(query) = q.vector {
+        let hits = vector_hits(st, &src.namespace, &[query], &spec, q.pool)?;
+        v.extend(hits.into_iter().flatten().map(|(r, s)| (r, s, i)));
+    }
+    let mut k = Vec::new();
+    if use_keyword {
+        let hits = keyword_hits(st, &src.namespace, q.text, &spec, q.pool)?;
+        k.extend(hits.into_iter().map(|(r, s)| (r, s, i)));
+    }
+    Ok((v, k))
+}
+
 fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recalled>> {
     let use_keyword = !q.text.trim().is_empty();
-    let (mut vpool, mut kpool) = (Vec::new(), Vec::new());
+    // each namespace once, in order, on the calling thread: fanning namespaces out to the
+    // worker pool measured slower on a loaded machine (each call waits for its slowest
+    // worker), and callers get parallelism from their own threads
     let mut seen: Vec<&str> = Vec::new();
+    let mut todo = Vec::new();
     for (i, src) in q.sources.iter().enumerate() {
-        if seen.contains(&src.namespace.as_str()) {
-            continue;
+        if !seen.contains(&src.namespace.as_str()) {
+            seen.push(&src.namespace);
+            todo.push(i);
         }
-        seen.push(&src.namespace);
-        let spec = restrict(q.spec, src.tiers.as_deref());
-        if src.tiers.is_some() && spec.tiers.is_empty() {
-            continue; // the source's tiers and the filter's have none in common
-        }
-        if let Some(v) = q.vector {
-            let hits = vector_hits(st, &src.namespace, &[v], &spec, q.pool)?;
-            vpool.extend(hits.into_iter().flatten().map(|(r, s)| (r, s, i)));
-        }
-        if use_keyword {
-            let hits = keyword_hits(st, &src.namespace, q.text, &spec, q.pool)?;
-            kpool.extend(hits.into_iter().map(|(r, s)| (r, s, i)));
-        }
+    }
+    let found = todo
+        .iter()
+        .map(|i| legs(st, q, *i, use_keyword))
+        .collect::<Result<Vec<Legs>>>()?;
+    let (mut vpool, mut kpool) = (Vec::new(), Vec::new());
+    for (v, k) in found {
+        vpool.extend(v);
+        kpool.extend(k);
     }
     let (vpool, kpool) = (ranked(st, vpool), ranked(st, kpool));
 
@@ -188,8 +219,9 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
         (c.keyword, c.krank, c.source) = (Some(*s), rank, *src);
     }
 
-    // fusion; one leg alone keeps its own scores (recall is then that search)
-    let single = q.vector.is_none() || !use_keyword;
+    // fusion; one leg alone (the other skipped, or finding nothing) keeps its own scores:
+    // recall is then that search
+    let single = vpool.is_empty() || kpool.is_empty();
     let (vnorm, knorm) = (minmax(&vpool), minmax(&kpool));
     for c in cands.values_mut() {
         c.score = if single {
@@ -211,6 +243,9 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
                 }
             }
         };
+    }
+    if !single && q.context > 0.0 {
+        with_context(st, q.context, &mut cands);
     }
     if q.quality {
         rerank(st, q.spec.now, &mut cands);
@@ -239,6 +274,31 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
             via: q.sources[c.source].namespace.clone(),
         })
         .collect())
+}
+
+/// Adds `weight` times the best fused score among a candidate's two timeline neighbours (the
+/// rows of its namespace stored just before and just after it) that are candidates too. A
+/// conversation's turn is understood with the turns around it: the question in one turn and
+/// its answer in the next share the meaning, often not the words.
+fn with_context(st: &State, weight: f64, cands: &mut HashMap<u64, Cand>) {
+    let fused: HashMap<u64, f64> = cands.iter().map(|(r, c)| (*r, c.score)).collect();
+    for (rid, c) in cands.iter_mut() {
+        let Some(col) = st.cols.rows.get(rid) else {
+            continue;
+        };
+        let Some(n) = st.cols.namespaces.get(&col.namespace) else {
+            continue;
+        };
+        let best = n
+            .neighbours(col.created_at, *rid)
+            .into_iter()
+            .flatten()
+            .filter_map(|x| fused.get(&x).copied())
+            .reduce(f64::max);
+        if let Some(b) = best {
+            c.score += weight * b;
+        }
+    }
 }
 
 /// `score / best * (0.8 + 0.2 * quality / max_quality)`. Scores that can be negative (a

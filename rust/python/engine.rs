@@ -484,7 +484,7 @@ impl PyEngine {
         convert::hits(py, hits)
     }
 
-    #[pyo3(signature = (sources, query, vector, filter, k, pool, fusion, fusion_param, quality, dedup))]
+    #[pyo3(signature = (sources, query, vector, filter, k, pool, fusion, fusion_param, context, quality, dedup))]
     #[allow(
         clippy::too_many_arguments,
         reason = "recall's arguments, checked by the facade"
@@ -500,6 +500,7 @@ impl PyEngine {
         pool: i64,
         fusion: &str,
         fusion_param: f64,
+        context: f64,
         quality: bool,
         dedup: bool,
     ) -> PyResult<Bound<'py, PyList>> {
@@ -536,6 +537,7 @@ impl PyEngine {
             k: size(k),
             pool: size(pool),
             fusion,
+            context,
             quality,
             dedup,
         };

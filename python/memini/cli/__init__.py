@@ -13,6 +13,8 @@ Commands (``memini COMMAND --help`` lists the options):
 * ``memini demo [--store ./memini-data]``: import the shipped PyPI sample and recall from it.
 * ``memini serve --store DIR [--host H] [--port P] ...``: serve the store over HTTP (REST,
   MCP, metrics; `memini.server`); ``memini mcp --store DIR --namespace NS``: MCP over stdio.
+* ``memini recall --store DIR NS TEXT [-k 10] [--linked] [--json] [--embedder SPEC]``:
+  `Store.recall` of TEXT in namespace NS, the query embedded with the store's model.
 
 The file format is described in `memini.cli.records`; the package splits by job: `common`
 (errors, opening stores, progress), `records` (the format), `importer` (records into a
@@ -39,9 +41,10 @@ from memini.cli.commands import (
     cmd_stats,
     export_store,
 )
-from memini.cli.common import METRICS, CliError, store_dir
+from memini.cli.common import EMBEDDER_HELP, METRICS, CliError, embedder_arg, store_dir
 from memini.cli.demo import DEFAULT_DEMO_STORE, cmd_demo
 from memini.cli.importer import ON_EXISTING, ImportSummary
+from memini.cli.recall import cmd_recall
 from memini.cli.records import EXPORT_TYPE, EXPORT_VERSION
 from memini.cli.serve import add_parsers as add_serve_parsers
 from memini.errors import MeminiError
@@ -151,6 +154,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     sp.set_defaults(func=cmd_demo)
     add_serve_parsers(sub, store_arg, METRICS, _positive)
+
+    sp = sub.add_parser(
+        "recall",
+        help="recall memories of a namespace for a free-text query",
+        description="Store.recall of TEXT in namespace NS with the store's defaults: words "
+        "(BM25) and, when the store has an embedder, meaning; best first.",
+    )
+    store_arg(sp)
+    sp.add_argument("namespace", metavar="NS", help="namespace to recall from")
+    sp.add_argument("text", metavar="TEXT", help="the query, free text")
+    sp.add_argument("-k", type=_positive, default=10, help="results (default 10)")
+    sp.add_argument(
+        "--linked", action="store_true", help="also recall from the namespaces NS links to"
+    )
+    sp.add_argument("--json", action="store_true", help="one JSON object per result")
+    sp.add_argument(
+        "--embedder",
+        type=embedder_arg,
+        metavar="SPEC",
+        help=f"{EMBEDDER_HELP}; default: the local model when the store's vectors are its "
+        "and its weights are installed, else words alone",
+    )
+    sp.set_defaults(func=cmd_recall)
     return p
 
 

@@ -1,0 +1,334 @@
+"""Recall: retrieval quality on LoCoMo (locomo-dev) and the cost of one hybrid call.
+
+Quality (``test_recall_quality_locomo``, or ``python benches/bench_recall.py``): the protocol
+published for the upstream Go memini, on ``../shared/datasets/locomo-dev`` (or
+``MEMINI_LOCOMO``): every turn stored in its conversation's namespace (tier semantic, its
+MiniLM vector, its text), each question recalled in its namespace with its MiniLM vector and
+its text, k=10; a question is a hit at k when any gold turn is in the top k; MRR is 1/rank of
+the first gold turn in the top 10. One run reports vector-only, keyword-only, each fusion
+and the defaults, beside upstream's numbers on the same split. LoCoMo is CC BY-NC: it is
+never copied into the repository; without it the test skips and says so.
+
+Speed (pytest-benchmark, on the bench store of ``_data.py``): recall with pools of 50 next to
+one ``vector_search(k=50)`` plus one ``keyword_search(k=50)``, 2 threads next to 1, and 8
+namespaces next to 1. Goals are recorded in ``extra_info``, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _data as D
+
+LOCOMO = Path(
+    os.environ.get("MEMINI_LOCOMO", str(D.REPO.parent / "shared" / "datasets" / "locomo-dev"))
+)
+K = 10
+
+# Upstream's numbers: measured on this split with its protocol (locomo-dev/README.md), and
+# published on all 10 conversations. (R@5, R@10, MRR)
+UPSTREAM = {
+    "upstream hybrid min-max 0.5/0.5 (this split)": (0.613, 0.725, 0.455),
+    "upstream hybrid RRF k=5 (this split)": (0.619, 0.727, 0.430),
+    "upstream keyword FTS5 (this split)": (0.597, 0.676, 0.457),
+    "upstream vector MiniLM (this split)": (0.443, 0.552, 0.299),
+    "upstream hybrid (published, all 10)": (0.597, 0.699, 0.424),
+    "upstream + 0.6B cross-encoder (published, all 10)": (0.709, 0.750, 0.598),
+}
+
+
+@dataclass
+class Locomo:
+    turns: list[dict[str, Any]]
+    tvecs: np.ndarray
+    questions: list[dict[str, Any]]
+    qvecs: np.ndarray
+
+
+def load_locomo(path: Path = LOCOMO) -> Locomo | None:
+    if not (path / "turns.jsonl").is_file():
+        return None
+
+    def lines(name: str) -> list[dict[str, Any]]:
+        with open(path / name, encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    return Locomo(
+        lines("turns.jsonl"),
+        np.load(path / "turns.f32.npy"),
+        lines("questions.jsonl"),
+        np.load(path / "questions.f32.npy"),
+    )
+
+
+def build_store(data: Locomo, path: str | None = None) -> Any:
+    from memini import Memory, Store
+
+    s = Store.open(path, dims=data.tvecs.shape[1], metric="cos")
+    s.upsert_many(
+        [
+            Memory(id=t["id"], namespace=t["ns"], content=t["content"], embedding=v)
+            for t, v in zip(data.turns, data.tvecs, strict=True)
+        ]
+    )
+    return s
+
+
+Metrics = tuple[float, float, float]
+
+
+def evaluate(store: Any, data: Locomo, ns: str | None = None, **kwargs: Any) -> Metrics:
+    """(R@5, R@10, MRR) of ``store.recall`` with ``kwargs`` (``vector=False``: no vector;
+    ``context=x``: the default fusion with neighbour weight x, through the core directly),
+    over every question, or those of conversation ``ns``."""
+    use_vector = kwargs.pop("vector", True)
+    use_text = kwargs.pop("text", True)
+    questions = [(q, v) for q, v in zip(data.questions, data.qvecs, strict=True)]
+    questions = [(q, v) for q, v in questions if ns is None or q["ns"] == ns]
+    r5 = r10 = mrr = 0.0
+    for q, v in questions:
+        text, vec = q["question"] if use_text else "", v if use_vector else None
+        if "context" in kwargs:
+            from memini._convert import filter_to_spec
+
+            rs = store._engine.recall(
+                [(q["ns"], None)],
+                text,
+                vec,
+                filter_to_spec(None),
+                K,
+                50,
+                "convex",
+                kwargs["alpha"],
+                kwargs["context"],
+                True,
+                True,
+            )
+        else:
+            rs = store.recall(q["ns"], text, vec, k=K, **kwargs)
+        gold = set(q["gold"])
+        rank = next((i for i, r in enumerate(rs) if r.memory.id in gold), None)
+        if rank is not None:
+            r5 += rank < 5
+            r10 += 1
+            mrr += 1 / (rank + 1)
+    n = len(questions)
+    return r5 / n, r10 / n, mrr / n
+
+
+# the methods one run reports: name -> recall arguments
+METHODS: dict[str, dict[str, Any]] = {
+    "vector only": {"text": False},
+    "keyword only": {"vector": False},
+    "convex alpha=0.5": {"fusion": "convex", "alpha": 0.5},
+    "rrf k=5": {"fusion": "rrf", "rrf_k": 5},
+    "rrf k=60": {"fusion": "rrf", "rrf_k": 60},
+    "defaults": {},
+}
+
+
+def report(store: Any, data: Locomo, methods: dict[str, dict[str, Any]] = METHODS) -> str:
+    rows = ["| method | R@5 | R@10 | MRR |", "|---|---|---|---|"]
+    for name, kw in methods.items():
+        r5, r10, mrr = evaluate(store, data, **kw)
+        rows.append(f"| memini {name} | {r5:.3f} | {r10:.3f} | {mrr:.3f} |")
+    for name, (r5, r10, mrr) in UPSTREAM.items():
+        rows.append(f"| {name} | {r5:.3f} | {r10:.3f} | {mrr:.3f} |")
+    return "\n".join(rows)
+
+
+def sensitivity(store: Any, data: Locomo) -> str:
+    """The default fusion around its parameters: alpha x neighbour weight, and the defaults
+    per conversation next to upstream's default method (convex 0.5/0.5, no context)."""
+    rows = ["| alpha | context | R@5 | R@10 | MRR |", "|---|---|---|---|---|"]
+    for alpha in (0.3, 0.4, 0.5):
+        for context in (0.0, 0.3, 0.5, 0.7):
+            r5, r10, mrr = evaluate(store, data, alpha=alpha, context=context)
+            rows.append(f"| {alpha} | {context} | {r5:.3f} | {r10:.3f} | {mrr:.3f} |")
+    rows += ["", "| conversation | defaults R@5/R@10/MRR | convex 0.5 |", "|---|---|---|"]
+    for ns in sorted({q["ns"] for q in data.questions}):
+        ours = evaluate(store, data, ns=ns)
+        base = evaluate(store, data, ns=ns, fusion="convex", alpha=0.5)
+        rows.append(
+            f"| {ns} | {'/'.join(f'{x:.3f}' for x in ours)} "
+            f"| {'/'.join(f'{x:.3f}' for x in base)} |"
+        )
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------- quality
+
+
+def test_recall_quality_locomo(benchmark: Any, tmp_path: Path) -> None:
+    data = load_locomo()
+    if data is None:
+        pytest.skip(f"locomo-dev is not here ({LOCOMO}; set MEMINI_LOCOMO): quality not measured")
+    with build_store(data, str(tmp_path / "locomo")) as s:
+        table = benchmark.pedantic(lambda: report(s, data), rounds=1, iterations=1)
+        around = sensitivity(s, data)
+    print("\n" + table + "\n\n" + around)
+    benchmark.extra_info["table"] = table
+    benchmark.extra_info["sensitivity"] = around
+
+
+# ---------------------------------------------------------------------------- speed
+
+POOL = 50
+N_SPEED = 200  # queries per round
+
+
+def _queries(data: D.Dataset) -> tuple[list[str], np.ndarray]:
+    texts = data.keyword_queries[:N_SPEED]
+    return texts, data.queries[:N_SPEED]
+
+
+def test_recall_vs_two_searches(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
+    """Goal: recall with pools of 50 <= 1.2x one vector_search(k=50) + one keyword_search(k=50)."""
+    s = main.store
+    texts, vecs = _queries(data)
+
+    def recall() -> None:
+        for t, v in zip(texts, vecs, strict=True):
+            s.recall(D.NS, t, v, k=10, pool=POOL)
+
+    def searches() -> None:
+        for t, v in zip(texts, vecs, strict=True):
+            s.vector_search(D.NS, v, k=POOL)
+            s.keyword_search(D.NS, t, k=POOL)
+
+    ours, peer = D.timed_pair(benchmark, recall, searches, 3)
+    benchmark.group = "recall"
+    benchmark.extra_info.update(
+        {"recall_s": ours, "two_searches_s": peer, "ratio": ours / peer, "goal": "<= 1.2"}
+    )
+
+
+def _threads(n: int, work: Callable[[int], None]) -> float:
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def test_recall_two_threads(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
+    """Goal: 2 threads calling recall reach >= 1.8x the throughput of one. The same is
+    measured for the two single searches, as the peer: on a loaded machine neither scales."""
+    s = main.store
+    texts, vecs = _queries(data)
+
+    def work(_: int) -> None:
+        for t, v in zip(texts, vecs, strict=True):
+            s.recall(D.NS, t, v, k=10, pool=POOL)
+
+    def peer(_: int) -> None:
+        for t, v in zip(texts, vecs, strict=True):
+            s.vector_search(D.NS, v, k=POOL)
+            s.keyword_search(D.NS, t, k=POOL)
+
+    def speedup(f: Callable[[int], None]) -> tuple[float, float, float]:
+        one = min(_threads(1, f) for _ in range(3))
+        two = min(_threads(2, f) for _ in range(3))
+        return one, two, 2 * one / two
+
+    one, two, ours = speedup(work)
+    _, _, theirs = speedup(peer)
+    benchmark.pedantic(lambda: _threads(2, work), rounds=1, iterations=1)
+    benchmark.group = "recall"
+    benchmark.extra_info.update(
+        {"one_s": one, "two_s": two, "speedup": ours, "peer_speedup": theirs, "goal": ">= 1.8"}
+    )
+
+
+@pytest.fixture(scope="module")
+def eight(data: D.Dataset) -> Iterator[Any]:
+    """A store of 8 namespaces (the bench rows dealt round-robin), all linked from ns0."""
+    from memini import Memory, NamespaceLink, Store
+
+    with tempfile.TemporaryDirectory() as d:
+        s = Store.open(d, dims=D.DIMS, metric="cos")
+        n = min(data.n, 20_000)
+        batch = []
+        for i in range(n):
+            m = data.memory(i, namespace=f"ns{i % 8}")
+            batch.append(m)
+            if len(batch) == D.BATCH:
+                s.upsert_many(batch)
+                batch = []
+        if batch:
+            s.upsert_many(batch)
+        for j in range(1, 8):
+            s.put_link(NamespaceLink(src="ns0", dst=f"ns{j}", tiers=None))
+        assert isinstance(s, Store) and Memory
+        yield s
+        s.close()
+
+
+def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) -> None:
+    """Goal: recall over 8 namespaces (a list, and linked) <= 8x one namespace."""
+    texts, vecs = _queries(data)
+    names = [f"ns{j}" for j in range(8)]
+
+    def run(ns: Any, linked: bool = False) -> Callable[[], None]:
+        def go() -> None:
+            for t, v in zip(texts, vecs, strict=True):
+                eight.recall(ns, t, v, k=10, linked=linked)
+
+        return go
+
+    def searches(nss: list[str]) -> Callable[[], None]:
+        def go() -> None:
+            for t, v in zip(texts, vecs, strict=True):
+                for ns in nss:
+                    eight.vector_search(ns, v, k=50)
+                    eight.keyword_search(ns, t, k=50)
+
+        return go
+
+    many, one = D.timed_pair(benchmark, run(names), run("ns0"), 3)
+    linked = min(_time(run("ns0", linked=True)) for _ in range(3))
+    peer = min(_time(searches(names)) for _ in range(3)) / min(
+        _time(searches(["ns0"])) for _ in range(3)
+    )
+    benchmark.group = "recall"
+    benchmark.extra_info.update(
+        {
+            "eight_s": many,
+            "one_s": one,
+            "ratio": many / one,
+            "linked_ratio": linked / one,
+            "peer_ratio_two_searches_8_vs_1": peer,
+            "goal": "<= 8",
+        }
+    )
+
+
+def _time(f: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    loaded = load_locomo()
+    if loaded is None:
+        sys.exit(f"locomo-dev is not here ({LOCOMO}; set MEMINI_LOCOMO)")
+    with build_store(loaded) as store:
+        print(report(store, loaded))
+        print()
+        print(sensitivity(store, loaded))
