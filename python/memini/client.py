@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import os
 import threading
 import time
@@ -154,6 +155,24 @@ class _Base:
         method = wire.METHODS[name]
         return method, wire.dumps(method.encode_args(bound))
 
+    def _pause(
+        self,
+        method: wire.Method,
+        failed: httpx.Response | Exception,
+        deadline: float,
+        attempt: int,
+    ) -> float:
+        """The pause before retrying a call whose `attempt`-th try (0-based) got a 503 or no
+        answer (`failed`); raises the call's error when it is not to be retried."""
+        exc = failed if isinstance(failed, Exception) else None
+        status = 0 if isinstance(failed, Exception) else failed.status_code
+        pause: float = min(_BACKOFF_FIRST * 2.0 ** min(attempt, 16), _BACKOFF_MAX)
+        if not _retryable(method, exc, status) or time.monotonic() + pause > deadline:
+            if isinstance(failed, Exception):
+                raise _unanswered(method, self._url, failed) from failed
+            raise _error(failed)
+        return pause
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<memini.{type(self).__name__} {self._url} {state}>"
@@ -216,27 +235,21 @@ class RemoteStore(_Base):
     def _call(self, name: str, bound: Mapping[str, Any]) -> Any:
         method, body = self._prepare(name, bound)
         deadline = time.monotonic() + self._retry_for
-        pause = _BACKOFF_FIRST
-        while True:
-            exc: Exception | None = None
+        for attempt in itertools.count():
+            failed: httpx.Response | Exception
             try:
-                response = self._http.post(f"/v1/{name}", content=body)
+                failed = response = self._http.post(f"/v1/{name}", content=body)
             except httpx.TransportError as e:
                 self._check()  # closed meanwhile by another thread
-                exc, status = e, 0
+                failed = e
             except RuntimeError as e:  # the client was closed from another thread
                 self._check()
                 raise UnavailableError(str(e)) from e
             else:
-                status = response.status_code
-                if status != 503:
+                if response.status_code != 503:
                     return _answer(method, response)
-            if not _retryable(method, exc, status) or time.monotonic() + pause > deadline:
-                if exc is None:
-                    raise _error(response)
-                raise _unanswered(method, self._url, exc) from exc
-            time.sleep(pause)
-            pause = min(pause * 2, _BACKOFF_MAX)
+            time.sleep(self._pause(method, failed, deadline, attempt))
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Close this client's connections (the served store stays open). Idempotent.
@@ -343,27 +356,21 @@ class AsyncRemoteStore(_Base):
     async def _call(self, name: str, bound: Mapping[str, Any]) -> Any:
         method, body = self._prepare(name, bound)
         deadline = time.monotonic() + self._retry_for
-        pause = _BACKOFF_FIRST
-        while True:
-            exc: Exception | None = None
+        for attempt in itertools.count():
+            failed: httpx.Response | Exception
             try:
-                response = await self._http.post(f"/v1/{name}", content=body)
+                failed = response = await self._http.post(f"/v1/{name}", content=body)
             except httpx.TransportError as e:
                 self._check()
-                exc, status = e, 0
+                failed = e
             except RuntimeError as e:
                 self._check()
                 raise UnavailableError(str(e)) from e
             else:
-                status = response.status_code
-                if status != 503:
+                if response.status_code != 503:
                     return _answer(method, response)
-            if not _retryable(method, exc, status) or time.monotonic() + pause > deadline:
-                if exc is None:
-                    raise _error(response)
-                raise _unanswered(method, self._url, exc) from exc
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _BACKOFF_MAX)
+            await asyncio.sleep(self._pause(method, failed, deadline, attempt))
+        raise AssertionError("unreachable")
 
     async def close(self) -> None:
         """Close this client's connections (the served store stays open). Idempotent."""
