@@ -16,6 +16,7 @@ pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod filter;
+pub mod fusion;
 pub mod keyword;
 pub mod pool;
 pub mod rank;

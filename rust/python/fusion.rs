@@ -1,0 +1,142 @@
+//! `memini._core.fuse`: recall's fusion rule (`crate::fusion`) over candidates a Python
+//! backend found itself (the PostgreSQL store), so the rule keeps one implementation.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use pyo3::prelude::*;
+
+use super::convert;
+use super::errors::{raise, run};
+use crate::fusion::{fuse as fuse_rule, Candidates, Fusion, Rule};
+use crate::rank::Standing;
+use crate::types::Micros;
+use crate::Result;
+
+/// A candidate: (id, tier, importance, confidence, updated_at, last_accessed_at,
+/// access_count, previous neighbour, next neighbour, fingerprint); neighbours are indexes
+/// into the candidate list (None: no neighbour, or one that is not a candidate).
+pub type PyCandidate = (
+    String,
+    String,
+    f64,
+    Option<f64>,
+    Micros,
+    Micros,
+    i64,
+    Option<u64>,
+    Option<u64>,
+    String,
+);
+
+/// A fused result: (candidate index, score, vector score, keyword score, source index).
+pub type PyFused = (u64, f64, Option<f64>, Option<f64>, usize);
+
+struct Listed {
+    ids: Vec<String>,
+    standings: Vec<Standing>,
+    neighbours: Vec<[Option<u64>; 2]>,
+    fingerprints: Vec<String>,
+}
+
+fn at(key: u64) -> usize {
+    usize::try_from(key).unwrap_or(usize::MAX)
+}
+
+impl Candidates for Listed {
+    fn id(&self, key: u64) -> &str {
+        &self.ids[at(key)]
+    }
+    fn neighbours(&self, key: u64) -> [Option<u64>; 2] {
+        self.neighbours[at(key)]
+    }
+    fn standing(&self, key: u64) -> Option<Standing> {
+        Some(self.standings[at(key)])
+    }
+    fn fingerprint_hash(&self, key: u64) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.fingerprints[at(key)].hash(&mut h);
+        h.finish()
+    }
+    fn fingerprint(&self, key: u64) -> Result<String> {
+        Ok(self.fingerprints[at(key)].clone())
+    }
+}
+
+/// Fuses two legs' hits ((candidate index, score, source index), any order) over
+/// `candidates` with the embedded recall's rule; returns the `k` best, best first.
+#[pyfunction]
+#[pyo3(signature = (candidates, vector, keyword, fusion, fusion_param, context, quality, now, dedup, k))]
+#[allow(clippy::too_many_arguments, reason = "recall's settings, checked by the facade")]
+pub fn fuse(
+    py: Python<'_>,
+    candidates: Vec<PyCandidate>,
+    vector: Vec<(u64, f64, usize)>,
+    keyword: Vec<(u64, f64, usize)>,
+    fusion: &str,
+    fusion_param: f64,
+    context: f64,
+    quality: bool,
+    now: Micros,
+    dedup: bool,
+    k: usize,
+) -> PyResult<Vec<PyFused>> {
+    let n = candidates.len();
+    let bad = |i: u64| at(i) >= n;
+    if vector.iter().chain(&keyword).any(|h| bad(h.0))
+        || candidates
+            .iter()
+            .any(|c| c.7.is_some_and(bad) || c.8.is_some_and(bad))
+    {
+        return Err(raise(
+            py,
+            "InvalidArgumentError",
+            format!("fuse: a candidate index is out of range (there are {n} candidates)"),
+        ));
+    }
+    let fusion = match fusion {
+        "convex" => Fusion::Convex {
+            alpha: fusion_param,
+        },
+        "rrf" => Fusion::Rrf { k: fusion_param },
+        other => {
+            return Err(raise(
+                py,
+                "InvalidArgumentError",
+                format!("unknown fusion {other:?} (use \"convex\" or \"rrf\")"),
+            ))
+        }
+    };
+    let mut info = Listed {
+        ids: Vec::with_capacity(n),
+        standings: Vec::with_capacity(n),
+        neighbours: Vec::with_capacity(n),
+        fingerprints: Vec::with_capacity(n),
+    };
+    for (id, tier, importance, confidence, updated, accessed, count, prev, next, fp) in candidates
+    {
+        info.ids.push(id);
+        info.standings.push(Standing {
+            tier: convert::tier(py, &tier)?,
+            importance,
+            confidence,
+            updated_at: Some(updated),
+            last_accessed_at: Some(accessed),
+            access_count: count,
+        });
+        info.neighbours.push([prev, next]);
+        info.fingerprints.push(fp);
+    }
+    let rule = Rule {
+        fusion,
+        context,
+        quality_at: quality.then_some(now),
+        dedup,
+        k,
+    };
+    let order = run(py, || fuse_rule(&info, vector, keyword, &rule))?;
+    Ok(order
+        .into_iter()
+        .map(|(key, c)| (key, c.score, c.vector, c.keyword, c.source))
+        .collect())
+}
