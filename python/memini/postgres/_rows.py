@@ -1,10 +1,17 @@
-"""Rows of ``memories``: a validated core row (`memini._convert`) in, a `Memory` out.
+"""Rows of ``memories``: a validated core row (`memini._convert`) in, a `Memory` out; and
+the text codec every connection uses.
 
 The write side takes the row dict `memini._convert.memory_to_row` / `fields_to_row` make
 (the one home of field validation), stamps the timestamps the store owns and adds what
 PostgreSQL indexes: ``meta`` (JSONB of the metadata, for filters) and ``words`` (the text the
 ``tsvector`` is built from: content, summary and tags, case- and accent-folded here because
 the bundled server has no ``unaccent``).
+
+PostgreSQL text cannot hold U+0000, which memini's text may (ids, contents, tags, event
+queries, ...). `register_text_codec` makes every connection write text with an escape,
+U+0001 -> U+0001 U+0002 and U+0000 -> U+0001 U+0001, and read it back undone: text without
+either character is stored as is, the code is prefix-free and keeps code-point order, so
+sorting, ``starts_with`` and equality work on the stored form.
 """
 
 from __future__ import annotations
@@ -14,12 +21,15 @@ import unicodedata
 from typing import Any, Final
 
 import numpy as np
+from psycopg import adapt, pq
+from psycopg.types.string import StrBinaryDumper, StrDumper, StrDumperUnknown, TextLoader
 
 from memini._values import from_micros, json_to_metadata
 from memini.types import Level, Memory, Tier
 
 __all__ = [
     "COLUMNS",
+    "register_text_codec",
     "SELECT",
     "WRITE_COLUMNS",
     "fold",
@@ -60,6 +70,58 @@ _WORD: Final = re.compile(r"[^\W_]+")
 _NUL_ESCAPE: Final = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
+_ESCAPED: Final = re.compile("\x01([\x01\x02])")
+
+
+def encode_text(s: str) -> str:
+    """The stored form of ``s`` (see the module docs)."""
+    if "\x00" not in s and "\x01" not in s:
+        return s
+    return s.replace("\x01", "\x01\x02").replace("\x00", "\x01\x01")
+
+
+def decode_text(s: str) -> str:
+    """``s`` from its stored form."""
+    if "\x01" not in s:
+        return s
+    return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "\x01" else "\x01", s)
+
+
+class _Unknown(StrDumperUnknown):
+    def dump(self, obj: str) -> bytes:
+        return encode_text(obj).encode()
+
+
+class _Text(StrDumper):
+    def dump(self, obj: str) -> bytes:
+        return encode_text(obj).encode()
+
+
+class _TextBinary(StrBinaryDumper):
+    def dump(self, obj: str) -> bytes:
+        return encode_text(obj).encode()
+
+
+class _Loader(TextLoader):
+    def load(self, data: Any) -> str:
+        return decode_text(bytes(data).decode())
+
+
+class _BinaryLoader(_Loader):
+    format = pq.Format.BINARY
+
+
+def register_text_codec(context: adapt.AdaptContext) -> None:
+    """Write and read every text value of ``context`` (a connection) through the codec."""
+    adapters = context.adapters
+    adapters.register_dumper(str, _TextBinary)
+    adapters.register_dumper(str, _Text)
+    adapters.register_dumper(str, _Unknown)  # the last registered is the default
+    for name in ("text", "varchar"):
+        adapters.register_loader(name, _Loader)
+        adapters.register_loader(name, _BinaryLoader)
+
+
 def fold(text: str) -> str:
     """Lowercase, accents removed (NFKD, combining marks dropped): the keyword text."""
     decomposed = unicodedata.normalize("NFKD", text.casefold())
@@ -84,7 +146,8 @@ def write_values(row: dict[str, Any]) -> dict[str, Any]:
     out["meta"] = _meta_json(row["metadata"])
     emb = row.get("embedding")
     out["embedding"] = None if emb is None or len(emb) == 0 else np.asarray(emb, np.float32)
-    out["words"] = fold(" ".join((row["content"], row["summary"], *row["tags"])))
+    words = fold(" ".join((row["content"], row["summary"], *row["tags"])))
+    out["words"] = words.replace("\x00", " ").replace("\x01", " ")
     return out
 
 
