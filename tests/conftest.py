@@ -48,17 +48,54 @@ def pg_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     admin = psycopg.connect(server.get_uri(), autocommit=True)
     admin.execute("CREATE EXTENSION IF NOT EXISTS vector")
     schemas = (f"store_{i}" for i in itertools.count())
+    free: dict[tuple[int, str], list[str]] = {}
+    settings_of: dict[str, tuple[int, str]] = {}
 
     class Databases:
-        def new(self) -> str:
-            """The URL of a new, empty schema."""
+        def new(self, dims: int | None = None, metric: str | None = None) -> str:
+            """The URL of an empty store's schema: a recycled one of these dims and metric
+            (emptied by `drop`), else a new, empty schema (`Store.open` creates the tables)."""
+            key = (dims or 0, metric or "l2")
+            if free.get(key):
+                return free[key].pop()
             name = next(schemas)
             admin.execute(f"CREATE SCHEMA {name}")
-            return f"{server.get_uri()}&options=-csearch_path%3D{name},public"
+            url = f"{server.get_uri()}&options=-csearch_path%3D{name},public"
+            if dims is not None:
+                settings_of[url] = key
+            return url
 
         def drop(self, url: str) -> None:
-            """Drop the schema of a URL from `new` (after its stores are closed)."""
-            admin.execute(f"DROP SCHEMA IF EXISTS {url.rsplit('%3D', 1)[1].split(',')[0]} CASCADE")
+            """Empty the store of a URL from `new` (after its stores are closed) for reuse:
+            TRUNCATE its tables and reset its settings (a schema whose store has other dims
+            or metric than asked for is dropped and made anew, empty)."""
+            name = url.rsplit("%3D", 1)[1].split(",")[0]
+            key = settings_of.get(url)
+            made = admin.execute(
+                "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'memini_settings'",
+                (name,),
+            ).fetchone()
+            with admin.transaction():
+                if made is not None:
+                    stored = dict(admin.execute(f"SELECT key, value FROM {name}.memini_settings"))
+                    if key is None or (int(stored["dims"]), stored["metric"]) != key:
+                        admin.execute(f"DROP SCHEMA {name} CASCADE")
+                        admin.execute(f"CREATE SCHEMA {name}")
+                    else:
+                        admin.execute(
+                            f"TRUNCATE {name}.memories, {name}.links, {name}.api_keys, "
+                            f"{name}.events RESTART IDENTITY"
+                        )
+                        admin.execute(
+                            f"DELETE FROM {name}.memini_settings WHERE key NOT IN "
+                            "('dims', 'metric', 'schema_version')"
+                        )
+                        admin.execute(
+                            f"INSERT INTO {name}.memini_settings (key, value) VALUES "
+                            "('embed_model', ''), ('next_event_id', '1')"
+                        )
+            if key is not None:
+                free.setdefault(key, []).append(url)
 
     yield Databases()
     admin.close()
@@ -97,7 +134,7 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
             servers.append(server)
             s = memini.connect(server.start(), api_key=ADMIN, retry_for=0)
         elif databases is not None:
-            urls.append(databases.new())
+            urls.append(databases.new(dims, metric))
             s = Store.open(urls[-1], dims=dims, metric=metric)
         else:
             path = tmp_path / f"store{len(opened)}" if request.param == "disk" else None

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from memini.types import Memory, Recalled, Scored
 
-__all__ = ["Engine", "LocalModel", "build_profile", "fuse", "ranking"]
+__all__ = ["Engine", "LocalModel", "build_profile", "fuse", "ranking", "vector_scores"]
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
@@ -77,6 +77,12 @@ def fuse(
     hits are (candidate index, score, source index). Returns the ``k`` best as (candidate
     index, score, vector score, keyword score, source index), best first, ties by id.
     """
+
+def vector_scores(
+    metric: str, query: npt.NDArray[np.float32], vectors: npt.NDArray[np.float32]
+) -> list[float]:
+    """The API's score of each row of ``vectors`` for ``query`` (the embedded store's f64
+    rule: l2 -> 1/(1+distance), cos -> cosine, ip -> inner product)."""
 
 @final
 class Engine:

@@ -75,6 +75,7 @@ __all__ = [
     "prepare_imported_events",
     "prune_events",
     "query_plan",
+    "refuse_taken_ids",
 ]
 
 EventRow = tuple[
@@ -252,6 +253,22 @@ def next_event_id(conn: sqlite3.Connection) -> int:
     return int(row[0]) + 1
 
 
+def refuse_taken_ids(rows: Sequence[tuple[int, EventRow]], first_free: int) -> None:
+    """Refuse an import whose ids are not all at or above ``first_free`` (the next id this
+    store hands out: ids are never reused).
+
+    Raises:
+        ConflictError: An id is taken.
+    """
+    taken = [event_id for event_id, _ in rows if event_id < first_free]
+    if taken:
+        raise ConflictError(
+            f"event id {min(taken)} is taken ({len(taken)} of the {len(rows)} events have an "
+            f"id below {first_free}, the next free one; ids are never reused): import them "
+            "with append_events to get new ids"
+        )
+
+
 def import_events(
     conn: sqlite3.Connection, rows: Sequence[tuple[int, EventRow]], next_id: int = 0
 ) -> None:
@@ -271,14 +288,7 @@ def import_events(
     Raises:
         ConflictError: An id is taken; nothing is inserted.
     """
-    first_free = next_event_id(conn)
-    taken = [event_id for event_id, _ in rows if event_id < first_free]
-    if taken:
-        raise ConflictError(
-            f"event id {min(taken)} is taken ({len(taken)} of the {len(rows)} events have an "
-            f"id below {first_free}, the next free one; ids are never reused): import them "
-            "with append_events to get new ids"
-        )
+    refuse_taken_ids(rows, next_event_id(conn))
     conn.executemany(
         f"INSERT INTO events (id, {_INSERT_COLUMNS}) VALUES ({', '.join('?' * 15)})",
         [(event_id, *row) for event_id, row in rows],

@@ -13,7 +13,7 @@ mod convert;
 mod embed;
 mod engine;
 mod errors;
-mod fusion;
+mod rules;
 
 use pyo3::prelude::*;
 
@@ -93,6 +93,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<embed::PyLocalModel>()?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
-    m.add_function(wrap_pyfunction!(fusion::fuse, m)?)?;
+    m.add_function(wrap_pyfunction!(rules::fuse, m)?)?;
+    m.add_function(wrap_pyfunction!(rules::vector_scores, m)?)?;
     Ok(())
 }

@@ -7,20 +7,24 @@ use crate::types::Metric;
 
 /// f64 score of the metric against one query: l2 -> 1/(1+dist), cos -> cosine, ip -> inner
 /// product. Sums run in four lanes (exact f64 products; the compiler vectorises them).
-pub(super) struct Scorer {
+pub struct Scorer {
     metric: Metric,
     q: Vec<f64>,
     q_norm: f64,
 }
 
 impl Scorer {
-    pub(super) fn new(metric: Metric, query: &[f32]) -> Self {
+    /// A scorer of `query` under `metric`.
+    #[must_use]
+    pub fn new(metric: Metric, query: &[f32]) -> Self {
         let q: Vec<f64> = query.iter().map(|x| f64::from(*x)).collect();
         let q_norm = sum4(q.iter().map(|x| x * x)).sqrt();
         Self { metric, q, q_norm }
     }
 
-    pub(super) fn score(&self, v: &[f32]) -> f64 {
+    /// The score of `v`.
+    #[must_use]
+    pub fn score(&self, v: &[f32]) -> f64 {
         let pairs = || self.q.iter().zip(v).map(|(a, b)| (*a, f64::from(*b)));
         match self.metric {
             Metric::L2 => 1.0 / (1.0 + sum4(pairs().map(|(a, b)| (a - b) * (a - b))).sqrt()),

@@ -42,6 +42,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+pub use exact::Scorer;
 pub use files::Snapshot;
 pub use graph::thread_slots;
 use graph::{Graph, Slots};

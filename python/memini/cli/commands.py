@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memini.cli.common import (
+    store_location,
     CliError,
     Metric,
     create_store,
@@ -130,7 +131,7 @@ def cmd_import(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) -> int:
-    path = Path(args.store)
+    path = store_location(args.store)
     records = src.records()
     first = next(records, None)
     pending: list[tuple[int, bytes, str | None]] = []
@@ -361,7 +362,7 @@ def export_store(store: Store, out: IO[str], on_row: Callable[[int], None] | Non
 
 def cmd_export(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini export``: the whole store as JSONL on stdout (or ``--output``)."""
-    path = Path(args.store)
+    path = store_location(args.store)
     with open_store(path, "export") as store, contextlib.ExitStack() as stack:
         total = int(store.stats()["rows"])
         target: IO[str] = sys.stdout  # the export is ASCII: any stdout encoding takes it
@@ -427,7 +428,7 @@ def _print_stats(out: Console, path: Path, st: dict[str, Any], model: str) -> No
 
 def cmd_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini stats``: counts per namespace and tier, index and disk sizes."""
-    path = Path(args.store)
+    path = store_location(args.store)
     with open_store(path, "stats") as store:
         st, model = store.stats(), store.embed_model()
     if args.json:
@@ -439,7 +440,7 @@ def cmd_stats(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def cmd_compact(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini compact``: reclaim the space of deleted rows."""
-    path = Path(args.store)
+    path = store_location(args.store)
     with open_store(path, "compact") as store:
         before = int(store.stats()["bytes_on_disk"]) + int(store.stats()["meta"]["bytes"])
         t0 = time.perf_counter()
@@ -534,7 +535,7 @@ def _print_check(out: Console, c: _Check) -> None:
 
 def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini check``: compare the rows with the keyword and vector indexes."""
-    path = Path(args.store)
+    path = store_location(args.store)
     store = open_store(path, "check")
     try:
         result = _check(store)

@@ -32,6 +32,7 @@ __all__ = [
     "open_store",
     "progress_bar",
     "store_dir",
+    "store_location",
 ]
 
 METRICS = ("l2", "cos", "ip")
@@ -42,6 +43,14 @@ Metric = Literal["l2", "cos", "ip"]
 
 class CliError(Exception):
     """A failure reported to the user as one message, with exit status 1."""
+
+
+def store_location(text: str) -> Path | str:
+    """Where ``--store`` points: a directory, or a ``postgresql://`` URL kept as text (a
+    `Path` would fold its ``//``)."""
+    if text.startswith(("postgresql://", "postgres://")):
+        return text
+    return Path(text)
 
 
 def store_dir(text: str) -> str:
@@ -89,7 +98,7 @@ def make_embedder(spec: str | None) -> Embedder | None:
         raise CliError(f"--embedder {spec}: {e}") from None
 
 
-def locked_message(path: Path, what: str) -> str:
+def locked_message(path: Path | str, what: str) -> str:
     """The message for a store another process (or `Store`) holds."""
     return (
         f"store {path} is open in another process (or Store) and {what} needs it to itself. "
@@ -99,7 +108,7 @@ def locked_message(path: Path, what: str) -> str:
 
 
 def open_store(
-    path: Path,
+    path: Path | str,
     what: str,
     *,
     dims: int | None = None,
@@ -108,7 +117,7 @@ def open_store(
     embedder: Embedder | None = None,
 ) -> Store:
     """Open the store in ``path`` for a command, turning the usual failures into `CliError`."""
-    if must_exist and not (path.is_dir() and any(path.iterdir())):
+    if must_exist and isinstance(path, Path) and not (path.is_dir() and any(path.iterdir())):
         raise CliError(f"no store at {path}")
     try:
         return Store.open(path, dims=dims, metric=metric, embedder=embedder)
@@ -118,9 +127,11 @@ def open_store(
         raise CliError(f"cannot open store {path}: {e}") from None
 
 
-def open_existing(path: Path, what: str, *, embedder: Embedder | None = None) -> Store | None:
+def open_existing(
+    path: Path | str, what: str, *, embedder: Embedder | None = None
+) -> Store | None:
     """The store in ``path`` opened with its own settings, or None when there is none yet."""
-    if embedder is not None and not (path / "rows.redb").exists():
+    if embedder is not None and isinstance(path, Path) and not (path / "rows.redb").exists():
         return None  # Store.open would create it with the embedder's dims
     try:
         return Store.open(path, embedder=embedder)
@@ -133,7 +144,7 @@ def open_existing(path: Path, what: str, *, embedder: Embedder | None = None) ->
 
 
 def create_store(
-    path: Path, dims: int, metric: Metric | None, what: str, *, embedder: Embedder | None = None
+    path: Path | str, dims: int, metric: Metric | None, what: str, *, embedder: Embedder | None = None
 ) -> Store:
     """Create the store in ``path`` (where `open_existing` found none)."""
     try:

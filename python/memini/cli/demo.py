@@ -26,7 +26,13 @@ import numpy as np
 import numpy.typing as npt
 from rich.console import Console
 
-from memini.cli.common import CliError, create_store, open_existing, progress_bar
+from memini.cli.common import (
+    CliError,
+    create_store,
+    open_existing,
+    progress_bar,
+    store_location,
+)
 from memini.cli.importer import Importer
 from memini.embed import LocalEmbedder
 from memini.errors import InvalidArgumentError, MeminiError
@@ -112,7 +118,7 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini demo``: import the shipped sample into a store and run a few recalls."""
     sample = _load_sample()
     dims = sample.vectors.shape[1]
-    path = Path(args.store)
+    path = store_location(args.store)
     ns = "pypi"
 
     def say(text: str = "") -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from rich.console import Console
 
-from memini.cli.common import CliError, make_embedder, open_store
+from memini.cli.common import CliError, make_embedder, open_store, store_location
 from memini.embed import Embedder, LocalEmbedder, check_vectors
 from memini.errors import InvalidArgumentError
 from memini.store import Store
@@ -70,7 +70,7 @@ def _record(rank: int, r: Recalled) -> dict[str, object]:
 
 def cmd_recall(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini recall --store DIR NS TEXT``: the ``-k`` best memories for TEXT."""
-    path = Path(args.store)
+    path = store_location(args.store)
     with open_store(path, "recall") as store:
         embedder, why = _embedder(store, args.embedder)
         vector = None if embedder is None else _query_vector(embedder, args.text)

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from memini.cli.common import CliError, locked_message
+from memini.cli.common import CliError, locked_message, store_location
 from memini.errors import StoreLockedError
 
 __all__ = ["add_parsers", "embedder_option"]
@@ -46,10 +46,10 @@ def _open(args: argparse.Namespace, options: Any) -> Any:
         extra["embedder"] = embedder
     try:
         return Server.open(
-            Path(args.store), dims=args.dims, metric=args.metric, options=options, **extra
+            store_location(args.store), dims=args.dims, metric=args.metric, options=options, **extra
         )
     except StoreLockedError:
-        raise CliError(locked_message(Path(args.store), "serve it")) from None
+        raise CliError(locked_message(store_location(args.store), "serve it")) from None
 
 
 def _missing_extra() -> CliError:

@@ -29,7 +29,8 @@ import builtins
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, Final, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -41,7 +42,15 @@ from pgvector.psycopg import register_vector
 
 from memini import _core
 from memini import events as ev
-from memini._values import json_to_metadata, metadata_to_json, now_micros
+from memini._values import (
+    check_int,
+    check_key_hash,
+    check_text,
+    json_to_metadata,
+    metadata_to_json,
+    now_micros,
+    to_micros,
+)
 from memini.errors import (
     ConflictError,
     InvalidArgumentError,
@@ -80,6 +89,7 @@ Conn = psycopg.Connection[Any]
 _PREFIXES: Final = ("postgresql://", "postgres://")
 _POOL_MAX: Final = 16
 _DEFAULT_BREADTH: Final = 64
+_MAX_EF_SEARCH: Final = 1000  # pgvector's limit; iterative scans go on past it
 _TS_CONFIG: Final = "english"
 _UPSERT: Final = (
     f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, words) VALUES ("
@@ -99,7 +109,7 @@ def is_url(path: object) -> bool:
 def safe_url(url: str) -> str:
     """The URL without its password, for messages and ``repr``."""
     parts = urlsplit(url)
-    if parts.password is None:
+    if not parts.password:
         return url
     host = parts.netloc.rsplit("@", 1)[1]
     user = parts.username or ""
@@ -192,21 +202,6 @@ def open_backend(url: str, dims: int | None, metric: str | None) -> tuple[PgEngi
     return PgEngine(pool, stored_dims, stored_metric), PgMeta(pool)
 
 
-def _scores(metric: str, q: npt.NDArray[np.float32], vs: npt.NDArray[np.float32]) -> list[float]:
-    """The API's scores of rows ``vs`` for query ``q``, exactly in f64."""
-    q64, v64 = q.astype(np.float64), vs.astype(np.float64)
-    if metric == "l2":
-        d = np.sqrt(((v64 - q64) ** 2).sum(axis=1))
-        return cast("list[float]", (1.0 / (1.0 + d)).tolist())
-    dot = v64 @ q64
-    if metric == "ip":
-        return cast("list[float]", dot.tolist())
-    norms = np.linalg.norm(v64, axis=1) * np.linalg.norm(q64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cos = np.where(norms > 0, dot / norms, 0.0)
-    return cast("list[float]", cos.tolist())
-
-
 class PgEngine:
     """Memories in PostgreSQL, with the methods (and arguments) of `memini._core.Engine`."""
 
@@ -251,12 +246,17 @@ class PgEngine:
                     stamped[name] = now
             params.append(write_values(stamped))
         out: list[bool] = []
-        with self._p.tx() as conn:
+        with self._p.tx() as conn, conn.cursor() as cur:
+            # one statement per row, in order (a repeated id is sequential upserts), sent
+            # in one pipeline; a row of another namespace's id returns nothing: ConflictError
+            # and the transaction rolls back
+            cur.executemany(_UPSERT, params, returning=True)
             for p in params:
-                got = conn.execute(_UPSERT, p).fetchone()
+                got = cur.fetchone()
                 if got is None:
                     raise _conflict(p["id"])
                 out.append(bool(got[0]))
+                cur.nextset()
         return out
 
     def _load(self, conn: Conn, ns: str, id: str) -> tuple[dict[str, Any], Any]:
@@ -416,6 +416,8 @@ class PgEngine:
         return [r[0] for r in rows]
 
     def reassign(self, from_ns: str, ids: list[str], to_ns: str) -> int:
+        if not to_ns:
+            raise InvalidArgumentError("to_ns must be a non-empty namespace")
         if from_ns == to_ns or not ids:
             return 0
         with self._p.tx() as conn:
@@ -565,24 +567,38 @@ class PgEngine:
         return [(t.value, counts.get(t.value, 0)) for t in Tier]
 
     def stats(self) -> dict[str, Any]:
+        """The embedded store's keys where they mean something here (``rows``,
+        ``namespaces`` with per-tier counts, ``bytes_on_disk``: the table with its indexes,
+        ``keyword_docs``, ``vector_graphs``: the one HNSW index), plus ``backend`` and the
+        ``url`` (without its password)."""
         with self._p.tx() as conn:
             rows = conn.execute(
                 "SELECT namespace, tier, count(*), count(embedding) FROM memories "
                 "GROUP BY namespace, tier ORDER BY namespace, tier"
             ).fetchall()
-            size = conn.execute("SELECT pg_total_relation_size('memories')").fetchone()
+            sizes = conn.execute(
+                "SELECT pg_total_relation_size('memories'), "
+                "coalesce(pg_relation_size(to_regclass('memories_hnsw')), 0)"
+            ).fetchone()
         namespaces: dict[str, dict[str, int]] = {}
-        for ns, tier, n, _ in rows:
-            namespaces.setdefault(ns, {})[tier] = int(n)
+        for ns, tier, n, vectors in rows:
+            c = namespaces.setdefault(ns, {"rows": 0, "vectors": 0, **{t.value: 0 for t in Tier}})
+            c["rows"] += int(n)
+            c["vectors"] += int(vectors)
+            c[tier] = int(n)
+        total = sum(c["rows"] for c in namespaces.values())
         return {
             "backend": "postgresql",
             "url": self.url,
+            "rows": total,
+            "namespaces": namespaces,
+            "vector_graphs": int(self._dims <= HNSW_MAX_DIMS),
+            "vector_flat_partitions": 0,
+            "vector_memory_bytes": int(sizes[1]) if sizes else 0,
+            "keyword_docs": total,
+            "bytes_on_disk": int(sizes[0]) if sizes else 0,
             "dims": self._dims,
             "metric": self._metric,
-            "count": sum(int(r[2]) for r in rows),
-            "vectors": sum(int(r[3]) for r in rows),
-            "namespaces": namespaces,
-            "bytes": int(size[0]) if size else 0,
         }
 
     def compact(self) -> None:
@@ -625,15 +641,18 @@ class PgEngine:
         )
         rows: builtins.list[tuple[Any, ...]] = []
         if self._dims <= HNSW_MAX_DIMS:
-            conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-            conn.execute(f"SET LOCAL hnsw.ef_search = {max(self._breadth, k, 40)}")
+            conn.execute(
+                "SET LOCAL hnsw.iterative_scan = strict_order; "
+                f"SET LOCAL hnsw.ef_search = {min(max(self._breadth, k, 40), _MAX_EF_SEARCH)}"
+            )
             rows = conn.execute(sql.format(f"embedding {op} %(q)s"), params, binary=True).fetchall()
         if len(rows) < k:  # a selective filter: scan exactly ("+ 0" keeps the index off)
             exact = sql.format(f"(embedding {op} %(q)s) + 0")
             rows = conn.execute(exact, params, binary=True).fetchall()
         if not rows:
             return []
-        scores = _scores(self._metric, q, np.stack([r[-1].to_numpy() for r in rows]))
+        vectors = np.stack([r[-1].to_numpy() for r in rows]).astype(np.float32)
+        scores = _core.vector_scores(self._metric, q, vectors)  # the embedded store's rule
         out = sorted(zip(rows, scores, strict=True), key=lambda t: (-t[1], t[0][0]))
         return out
 
@@ -661,11 +680,18 @@ class PgEngine:
             return []
         params: dict[str, Any] = {"ns": namespace, "tsq": " | ".join(words), "k": k}
         cond = where(spec, params, tiers)
+        english = f"to_tsquery('{_TS_CONFIG}', %(tsq)s)"
+        # a query of stopwords alone (empty in the english configuration) searches its words
+        # as they are, unindexed (as the embedded store keeps them when nothing else is left)
+        plain = "to_tsvector('simple', content || ' ' || summary || ' ' || array_to_string(tags, ' '))"
         rows = conn.execute(
-            f"WITH q AS (SELECT to_tsquery('{_TS_CONFIG}', %(tsq)s) AS q) "
-            f"SELECT {SELECT}, ts_rank(words, q.q)::float8 AS rank FROM memories, q "
-            f"WHERE namespace = %(ns)s AND words @@ q.q AND {cond} "
-            "ORDER BY rank DESC, id LIMIT %(k)s",
+            f"(SELECT {SELECT}, ts_rank(words, {english})::float8 AS rank FROM memories "
+            f"WHERE numnode({english}) > 0 AND namespace = %(ns)s AND words @@ {english} "
+            f"AND {cond} ORDER BY rank DESC, id LIMIT %(k)s) UNION ALL "
+            f"(SELECT {SELECT}, ts_rank({plain}, to_tsquery('simple', %(tsq)s))::float8 AS rank "
+            f"FROM memories WHERE numnode({english}) = 0 AND namespace = %(ns)s "
+            f"AND {plain} @@ to_tsquery('simple', %(tsq)s) AND {cond} "
+            "ORDER BY rank DESC, id LIMIT %(k)s)",
             params,
         ).fetchall()
         return [(r[:-1], float(r[-1])) for r in rows]
@@ -797,6 +823,11 @@ class PgMeta:
                 for t in ("links", "api_keys", "events")
             }
             counts["next_event_id"] = _meta.next_event_id(conn)
+            size = conn.execute(
+                "SELECT pg_total_relation_size('links') + pg_total_relation_size('api_keys') "
+                "+ pg_total_relation_size('events')"
+            ).fetchone()
+        counts["bytes"] = int(size[0]) if size else 0
         return counts
 
     def backup(self, path: str) -> None:
@@ -814,12 +845,14 @@ class PgMeta:
             _meta.put_link(conn, link)
 
     def delete_link(self, src: str, dst: str) -> bool:
+        src, dst = check_text(src, "src"), check_text(dst, "dst")
         with self._p.tx() as conn:
             return conn.execute(
                 "DELETE FROM links WHERE src = %s AND dst = %s", (src, dst)
             ).rowcount > 0
 
     def list_links(self, src: str) -> builtins.list[NamespaceLink]:
+        src = check_text(src, "src")
         with self._p.tx() as conn:
             return _meta.list_links(conn, src)
 
@@ -828,11 +861,14 @@ class PgMeta:
             return _meta.list_links(conn, None)
 
     def rename_link_endpoints(self, from_ns: str, to_ns: str) -> None:
+        from_ns = check_text(from_ns, "from_ns", non_empty=True)
+        to_ns = check_text(to_ns, "to_ns", non_empty=True)
         with self._p.tx() as conn:
             conn.execute("LOCK TABLE links IN SHARE ROW EXCLUSIVE MODE")
             _meta.rename_link_endpoints(conn, from_ns, to_ns)
 
     def delete_links_of_namespace(self, namespace: str) -> int:
+        namespace = check_text(namespace, "namespace")
         with self._p.tx() as conn:
             return _meta.delete_links_of_namespace(conn, namespace)
 
@@ -849,6 +885,7 @@ class PgMeta:
         return None if key is None or key.disabled else key
 
     def delete_api_key(self, name: str) -> bool:
+        name = check_text(name, "name")
         with self._p.tx() as conn:
             return conn.execute("DELETE FROM api_keys WHERE name = %s", (name,)).rowcount > 0
 
@@ -857,30 +894,36 @@ class PgMeta:
             return _meta.list_api_keys(conn)
 
     def get_api_key_by_hash(self, hash: str) -> APIKey | None:
+        hash = check_key_hash(hash, "hash", lookup=True)
         with self._p.tx() as conn:
             return _meta.get_api_key_by_hash(conn, hash)
 
     def rename_api_key_namespaces(self, from_ns: str, to_ns: str) -> None:
+        from_ns = check_text(from_ns, "from_ns", non_empty=True)
+        to_ns = check_text(to_ns, "to_ns", non_empty=True)
         with self._p.tx() as conn:
             _meta.rename_api_key_namespaces(conn, from_ns, to_ns)
 
-    def append_events(self, events: Sequence[Event]) -> None:
-        rows = builtins.list(events) if not isinstance(events, Event) else events
+    def append_events(self, events: Iterable[Event]) -> None:
+        rows = ev.prepare_events(events)
+        if not rows:
+            self.ping()
+            return
         with self._p.tx() as conn:
-            _meta.append_events(conn, rows)  # type: ignore[arg-type]
+            _meta.append_events(conn, rows)
 
     def import_events(self, events: Sequence[Event], *, next_id: int = 0) -> None:
+        rows = ev.prepare_imported_events(events)
+        next_id = check_int(next_id, "next_id", non_negative=True)
         with self._p.tx() as conn:
-            _meta.import_events(conn, events, next_id)
+            _meta.import_events(conn, rows, next_id)
 
     def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]:
         q = ev.prepare_filter(filter)
         with self._p.tx() as conn:
             return _meta.list_events(conn, q)
 
-    def prune_events(self, older_than: Any = None, keep_max: int = 0) -> int:
-        from memini._values import check_int, to_micros
-
+    def prune_events(self, older_than: datetime | None = None, keep_max: int = 0) -> int:
         cutoff = None if older_than is None else to_micros(older_than, "older_than")
         keep = check_int(keep_max, "keep_max")
         with self._p.tx() as conn:

@@ -21,7 +21,7 @@ from memini import keys as ky
 from memini import links as lk
 from memini._values import now_micros
 from memini.errors import ConflictError
-from memini.types import APIKey, Event, NamespaceLink
+from memini.types import APIKey, Event, NamespaceLink  # noqa: F401
 
 __all__ = [
     "append_events",
@@ -170,27 +170,23 @@ def _insert_events(conn: Conn, rows: Sequence[tuple[Any, ...]]) -> None:
         )
 
 
-def append_events(conn: Conn, events: Sequence[Event]) -> None:
-    rows = ev.prepare_events(events)
-    if not rows:
-        return
+def append_events(conn: Conn, rows: Sequence[ev.EventRow]) -> None:
+    """Insert validated rows (`memini.events.prepare_events`) under the next ids, in order."""
     first = next_event_id(conn, lock=True)
     _insert_events(conn, [(first + i, *r) for i, r in enumerate(rows)])
     _set_next_event_id(conn, first + len(rows))
 
 
-def import_events(conn: Conn, events: Sequence[Event], next_id: int = 0) -> None:
-    """Insert events under their own ids (each at or above the next free id), then make the
-    next id at least ``next_id`` (as `memini.events.import_events`)."""
-    rows = ev.prepare_imported_events(events)
+def import_events(conn: Conn, rows: Sequence[tuple[int, ev.EventRow]], next_id: int = 0) -> None:
+    """Insert validated rows (`memini.events.prepare_imported_events`) under their own ids
+    (each at or above the next free id), then make the next id at least ``next_id`` (as
+    `memini.events.import_events`).
+
+    Raises:
+        ConflictError: An id is taken; nothing is inserted.
+    """
     first_free = next_event_id(conn, lock=True)
-    taken = [event_id for event_id, _ in rows if event_id < first_free]
-    if taken:
-        raise ConflictError(
-            f"event id {min(taken)} is taken ({len(taken)} of the {len(rows)} events have an "
-            f"id below {first_free}, the next free one; ids are never reused): import them "
-            "with append_events to get new ids"
-        )
+    ev.refuse_taken_ids(rows, first_free)
     _insert_events(conn, [(event_id, *r) for event_id, r in rows])
     top = max([first_free, next_id, *(event_id + 1 for event_id, _ in rows)])
     _set_next_event_id(conn, top)

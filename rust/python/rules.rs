@@ -1,16 +1,19 @@
-//! `memini._core.fuse`: recall's fusion rule (`crate::fusion`) over candidates a Python
-//! backend found itself (the PostgreSQL store), so the rule keeps one implementation.
+//! The core's ranking rules for a backend written in Python (the PostgreSQL store), so each
+//! rule keeps one implementation: `memini._core.fuse` (recall's fusion, `crate::fusion`) and
+//! `memini._core.vector_scores` (the exact f64 vector score, `crate::vector::Scorer`).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
+use numpy::{PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
 use super::convert;
 use super::errors::{raise, run};
 use crate::fusion::{fuse as fuse_rule, Candidates, Fusion, Rule};
 use crate::rank::Standing;
-use crate::types::Micros;
+use crate::types::{Metric, Micros};
+use crate::vector::Scorer;
 use crate::Result;
 
 /// A candidate: (id, tier, importance, confidence, updated_at, last_accessed_at,
@@ -138,5 +141,47 @@ pub fn fuse(
     Ok(order
         .into_iter()
         .map(|(key, c)| (key, c.score, c.vector, c.keyword, c.source))
+        .collect())
+}
+
+/// The API's score of each row of `vectors` (2-D float32) for `query` under `metric`
+/// ("l2": 1/(1+distance), "cos": cosine, "ip": inner product), exactly as the embedded
+/// store computes it (f64, a fixed summation order).
+#[pyfunction]
+pub fn vector_scores(
+    py: Python<'_>,
+    metric: &str,
+    query: PyReadonlyArray1<'_, f32>,
+    vectors: PyReadonlyArray2<'_, f32>,
+) -> PyResult<Vec<f64>> {
+    let metric = match metric {
+        "l2" => Metric::L2,
+        "cos" => Metric::Cos,
+        "ip" => Metric::Ip,
+        other => {
+            return Err(raise(
+                py,
+                "InvalidArgumentError",
+                format!("unknown metric {other:?} (use l2, cos or ip)"),
+            ))
+        }
+    };
+    let q = query.as_slice()?;
+    let vs = vectors.as_array();
+    if vs.ncols() != q.len() {
+        return Err(raise(
+            py,
+            "DimensionMismatchError",
+            format!("vectors have {} dims, the query {}", vs.ncols(), q.len()),
+        ));
+    }
+    let scorer = Scorer::new(metric, q);
+    Ok(vs
+        .rows()
+        .into_iter()
+        .map(|row| match row.as_slice() {
+            Some(r) => scorer.score(r),
+            None => scorer.score(&row.to_vec()),
+        })
         .collect())
 }

@@ -1,0 +1,307 @@
+"""The PostgreSQL backend beyond the shared store suite (which runs on it as the ``postgres``
+parameter of `open_store`): several processes on one database at once, its open/close and
+URL handling, backup into an embedded store, and ``memini export``/``import`` moving a store
+between the embedded and the PostgreSQL backends in both directions.
+
+The concurrency tests start real processes (``python -c``) that open the same database and
+write and search at once, then check the invariants in the database: no lost update, no id
+in two namespaces, `ConflictError` as embedded, read-your-writes, `upsert_many` atomic,
+contiguous event ids per batch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memini import (
+    APIKey,
+    DimensionMismatchError,
+    Event,
+    EventKind,
+    Filter,
+    InvalidArgumentError,
+    Memory,
+    NamespaceLink,
+    Store,
+    StoreClosedError,
+    hash_api_key,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+PROCESSES = 3
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from memini import ConflictError, Event, EventKind, Memory, Store
+    url, role, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    rng = np.random.default_rng(me)
+    out = {"conflicts": 0, "inserted": 0, "ryw_misses": 0, "batch_conflicts": 0}
+    with Store.open(url) as s:
+        for i in range(rounds):
+            ns = f"p{me}"
+            if role == "contend":
+                # every process tries the same ids, each in its own namespace
+                m = Memory(id=f"shared-{i}", namespace=ns, content=f"shared {i} by {me}",
+                           embedding=rng.standard_normal(4))
+                try:
+                    s.upsert(m)
+                    out["inserted"] += 1
+                except ConflictError:
+                    out["conflicts"] += 1
+                # an own row, then read it back at once: by id, by vector, by words
+                v = rng.standard_normal(4).astype(np.float32)
+                own = Memory(id=f"own-{me}-{i}", namespace=ns, content=f"zq{me}x{i} own",
+                             embedding=v)
+                s.upsert(own)
+                hits = s.vector_search(ns, v, k=1)
+                words = s.keyword_search(ns, f"zq{me}x{i}", k=1)
+                if (s.get(ns, own.id).id != own.id or hits[0].memory.id != own.id
+                        or [h.memory.id for h in words] != [own.id]):
+                    out["ryw_misses"] += 1
+                # a batch whose last row conflicts: all or nothing
+                batch = [Memory(id=f"batch-{me}-{i}-{j}", namespace=ns, content="b")
+                         for j in range(3)]
+                batch.append(Memory(id="shared-0", namespace=f"other{me}", content="x"))
+                try:
+                    s.upsert_many(batch)
+                except ConflictError:
+                    out["batch_conflicts"] += 1
+            elif role == "reinforce":
+                s.reinforce("hot", ["counter"], accessed_at=__import__("datetime").datetime.now())
+            elif role == "events":
+                s.append_events([Event(op_id=f"{me}-{i}", kind=EventKind.RECALL, namespace="e",
+                                       rank=j) for j in range(5)])
+    print(json.dumps(out))
+    """
+)
+
+
+def run_workers(url: str, role: str, rounds: int) -> list[dict[str, int]]:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, url, role, str(me), str(rounds)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for me in range(PROCESSES)
+    ]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+@pytest.fixture
+def pg_url(pg_database: Any) -> Any:
+    url = pg_database.new()
+    yield url
+    pg_database.drop(url)
+
+
+def test_processes_contending_for_ids_conflict_as_embedded(pg_url: str) -> None:
+    with Store.open(pg_url, dims=4):
+        pass  # created once; the workers open it with its stored settings
+    rounds = 15
+    results = run_workers(pg_url, "contend", rounds)
+    with Store.open(pg_url) as s:
+        owners: Counter[str] = Counter()
+        for ns in s.list_namespaces():
+            for m in s.list(ns, Filter(include_expired=True, include_superseded=True)):
+                owners[m.id] += 1
+        assert max(owners.values()) == 1, "an id lives in two namespaces"
+        # each shared id was inserted by exactly one process; the others got ConflictError
+        assert sum(r["inserted"] for r in results) >= rounds
+        shared = [i for i in owners if i.startswith("shared-")]
+        assert len(shared) == rounds
+        assert sum(r["conflicts"] for r in results) + sum(r["inserted"] for r in results) == (
+            PROCESSES * rounds
+        )
+        # every process saw its own writes at once, by id, vector and words
+        assert all(r["ryw_misses"] == 0 for r in results)
+        # every batch ended in a conflicting row: none of them is stored
+        assert all(r["batch_conflicts"] == rounds for r in results)
+        assert not [i for i in owners if i.startswith("batch-")]
+        assert sum(1 for i in owners if i.startswith("own-")) == PROCESSES * rounds
+
+
+def test_no_lost_update_across_processes(pg_url: str) -> None:
+    with Store.open(pg_url, dims=4) as s:
+        s.upsert(Memory(id="counter", namespace="hot", content="c"))
+    rounds = 40
+    run_workers(pg_url, "reinforce", rounds)
+    with Store.open(pg_url) as s:
+        assert s.get("hot", "counter").access_count == PROCESSES * rounds
+
+
+def test_event_batches_get_contiguous_ids_across_processes(pg_url: str) -> None:
+    with Store.open(pg_url, dims=4):
+        pass
+    rounds = 20
+    run_workers(pg_url, "events", rounds)
+    with Store.open(pg_url) as s:
+        events = s.list_events()
+    assert len(events) == PROCESSES * rounds * 5
+    assert len({e.id for e in events}) == len(events)
+    by_op: dict[str, list[Event]] = {}
+    for e in events:
+        by_op.setdefault(e.op_id, []).append(e)
+    for batch in by_op.values():
+        ids = sorted((e.rank, e.id) for e in batch)
+        assert [i for _, i in ids] == list(range(ids[0][1], ids[0][1] + 5)), "not contiguous"
+
+
+def test_two_stores_open_at_once_see_each_other(pg_url: str) -> None:
+    with Store.open(pg_url, dims=4, metric="cos") as a, Store.open(pg_url) as b:
+        a.upsert(Memory(id="m", namespace="n", content="x", embedding=[1, 0, 0, 0]))
+        assert b.get("n", "m").content == "x"
+        b.put_link(NamespaceLink("n", "o"))
+        assert [lk.dst for lk in a.list_links("n")] == ["o"]
+        assert b.vector_search("n", [1, 0, 0, 0])[0].score == pytest.approx(1.0)
+
+
+def test_open_checks_dims_and_metric(pg_url: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="dims is required"):
+        Store.open(pg_url)
+    Store.open(pg_url, dims=4, metric="ip").close()
+    with pytest.raises(DimensionMismatchError, match="dims=4"):
+        Store.open(pg_url, dims=5)
+    with pytest.raises(DimensionMismatchError, match="'ip'"):
+        Store.open(pg_url, metric="l2")
+    s = Store.open(pg_url)
+    assert repr(s).startswith("<memini.Store postgresql://") and "dims=4" in repr(s)
+    s.close()
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.get("n", "x")
+
+
+def test_repr_and_messages_hide_the_password() -> None:
+    from memini.postgres import safe_url
+
+    assert safe_url("postgresql://u:s3cret@db:5432/x") == "postgresql://u:***@db:5432/x"
+    assert safe_url("postgresql://u@db/x") == "postgresql://u@db/x"
+
+
+def test_an_unreachable_server_is_unavailable(tmp_path: Path) -> None:
+    from memini import UnavailableError
+
+    with pytest.raises(UnavailableError, match="cannot be reached"):
+        Store.open(f"postgresql://nobody@/x?host={tmp_path}&connect_timeout=2", dims=4)
+
+
+def test_filtered_search_returns_min_k_matches_past_the_index(pg_url: str) -> None:
+    """A filter passing 3 rows out of 3,000 in the HNSW index still gives all 3."""
+    rng = np.random.default_rng(7)
+    with Store.open(pg_url, dims=8) as s:
+        s.upsert_many(
+            Memory(
+                id=f"m{i:04d}",
+                namespace="n",
+                content=f"row {i}",
+                tags=["rare"] if i % 1000 == 0 else [],
+                embedding=rng.standard_normal(8),
+            )
+            for i in range(3000)
+        )
+        hits = s.vector_search("n", rng.standard_normal(8), Filter(tags=["rare"]), k=10)
+        assert sorted(h.memory.id for h in hits) == ["m0000", "m1000", "m2000"]
+        assert len(s.vector_search("n", rng.standard_normal(8), k=25)) == 25
+
+
+def _fill(s: Store) -> None:
+    rng = np.random.default_rng(3)
+    s.set_embed_model("test-model")
+    s.upsert_many(
+        Memory(
+            id=f"m{i}",
+            namespace=f"ns{i % 3}",
+            content=f"memory number {i} \x00 ü",
+            tags=["t", f"t{i}"],
+            metadata={"i": i, "f": 0.1 * i, "s": "x"},
+            importance=i / 7,
+            created_at=T0 + timedelta(seconds=i),
+            updated_at=T0 + timedelta(seconds=2 * i),
+            last_accessed_at=T0 + timedelta(seconds=3 * i),
+            expires_at=None if i % 2 else T0 + timedelta(days=400),
+            embedding=None if i == 4 else rng.standard_normal(4).astype(np.float32),
+        )
+        for i in range(9)
+    )
+    s.put_link(NamespaceLink("ns0", "ns1", tiers=None, note="n", created_at=T0))
+    s.put_api_key(APIKey("k", hash_api_key("secret"), home_ns="ns0", created_at=T0))
+    s.append_events([Event(op_id="o", kind=EventKind.RECALL, namespace="ns0", created_at=T0)])
+    s.prune_events(keep_max=1)  # ids are never reused: the next id stays 2
+
+
+def _snapshot(s: Store) -> dict[str, Any]:
+    everything = Filter(include_expired=True, include_superseded=True)
+    rows = {}
+    for ns in s.list_namespaces():
+        for m in s.list(ns, everything):
+            e = s.get_embedding(ns, m.id)
+            rows[m.id] = (m, None if e is None else e.tobytes())
+    return {
+        "rows": rows,
+        "links": s.list_all_links(),
+        "keys": s.list_api_keys(),
+        "events": s.list_events(),
+        "model": s.embed_model(),
+        "next_event_id": s.stats()["meta"]["next_event_id"],
+    }
+
+
+def _memini(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memini.cli", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_export_import_between_backends_both_ways(pg_url: str, tmp_path: Path) -> None:
+    """embedded -> JSONL -> PostgreSQL -> JSONL -> embedded: everything equal, vectors
+    bit-exact, event ids and the next event id kept."""
+    src = tmp_path / "src"
+    with Store.open(src, dims=4) as s:
+        _fill(s)
+        before = _snapshot(s)
+    first = tmp_path / "a.jsonl"
+    assert _memini("export", "--store", str(src), "-o", str(first)).returncode == 0
+    done = _memini("import", str(first), "--store", pg_url)
+    assert done.returncode == 0, done.stderr
+    with Store.open(pg_url) as pg:
+        assert _snapshot(pg) == before
+    second = tmp_path / "b.jsonl"
+    done = _memini("export", "--store", pg_url, "-o", str(second))
+    assert done.returncode == 0, done.stderr
+    assert second.read_text() == first.read_text()
+    back = tmp_path / "back"
+    assert _memini("import", str(second), "--store", str(back)).returncode == 0
+    with Store.open(back) as s:
+        assert _snapshot(s) == before
+
+
+def test_backup_writes_an_embedded_store(pg_url: str, tmp_path: Path) -> None:
+    with Store.open(pg_url, dims=4) as pg:
+        _fill(pg)
+        before = _snapshot(pg)
+        pg.backup(tmp_path / "copy")
+        with pytest.raises(InvalidArgumentError, match="exists"):
+            pg.backup(tmp_path / "copy")
+    with Store.open(tmp_path / "copy") as s:
+        assert _snapshot(s) == before
