@@ -49,8 +49,7 @@ QUERIES = 100 if SMOKE else D.N_QUERIES
 SMOKE_ROWS = 2000
 FILTERS = {"all": None, "10%": "p10", "1%": "p1"}
 RAW_SQL = (
-    "SELECT id FROM memories WHERE namespace = 'main' {cond} "
-    "ORDER BY embedding <=> %s LIMIT 10"
+    "SELECT id FROM memories WHERE namespace = 'main' {cond} ORDER BY embedding <=> %s LIMIT 10"
 )
 
 

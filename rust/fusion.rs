@@ -218,11 +218,7 @@ fn rerank<C: Candidates>(info: &C, now: Micros, cands: &mut HashMap<u64, Fused>)
 /// The best candidate per content fingerprint, in order, stopping once `k` are kept.
 /// Candidates are told apart by a hash of the fingerprint; two with the same hash are
 /// compared by the full fingerprints.
-fn dedup<C: Candidates>(
-    info: &C,
-    order: Vec<(u64, Fused)>,
-    k: usize,
-) -> Result<Vec<(u64, Fused)>> {
+fn dedup<C: Candidates>(info: &C, order: Vec<(u64, Fused)>, k: usize) -> Result<Vec<(u64, Fused)>> {
     let mut kept: Vec<(u64, Fused)> = Vec::with_capacity(k);
     let mut by_hash: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut fingerprints: HashMap<u64, String> = HashMap::new();

@@ -11,8 +11,8 @@ use super::search::{keyword_hits, vector_hits};
 use super::tx::validate_vector;
 use super::{Engine, State};
 use crate::error::{Error, Result};
-use crate::fusion::{fuse, Candidates, Rule};
 pub use crate::fusion::Fusion;
+use crate::fusion::{fuse, Candidates, Rule};
 use crate::rank::Standing;
 use crate::rows::Snapshot;
 use crate::types::{FilterSpec, Memory, Tier};
@@ -223,10 +223,16 @@ impl Candidates for Rows<'_> {
     }
 
     fn fingerprint_hash(&self, key: u64) -> u64 {
-        self.st.cols.rows.get(&key).map_or(0, |c| c.fingerprint_hash)
+        self.st
+            .cols
+            .rows
+            .get(&key)
+            .map_or(0, |c| c.fingerprint_hash)
     }
 
     fn fingerprint(&self, key: u64) -> Result<String> {
-        Ok(materialize(self.st, self.snap, &[key])?.remove(0).fingerprint)
+        Ok(materialize(self.st, self.snap, &[key])?
+            .remove(0)
+            .fingerprint)
     }
 }

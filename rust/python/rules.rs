@@ -70,7 +70,10 @@ impl Candidates for Listed {
 /// `candidates` with the embedded recall's rule; returns the `k` best, best first.
 #[pyfunction]
 #[pyo3(signature = (candidates, vector, keyword, fusion, fusion_param, context, quality, now, dedup, k))]
-#[allow(clippy::too_many_arguments, reason = "recall's settings, checked by the facade")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "recall's settings, checked by the facade"
+)]
 pub fn fuse(
     py: Python<'_>,
     candidates: Vec<PyCandidate>,
@@ -116,8 +119,7 @@ pub fn fuse(
         neighbours: Vec::with_capacity(n),
         fingerprints: Vec::with_capacity(n),
     };
-    for (id, tier, importance, confidence, updated, accessed, count, prev, next, fp) in candidates
-    {
+    for (id, tier, importance, confidence, updated, accessed, count, prev, next, fp) in candidates {
         info.ids.push(id);
         info.standings.push(Standing {
             tier: convert::tier(py, &tier)?,

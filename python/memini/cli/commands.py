@@ -24,13 +24,13 @@ from rich.console import Console
 from rich.table import Table
 
 from memini.cli.common import (
-    store_location,
     CliError,
     Metric,
     create_store,
     open_existing,
     open_store,
     progress_bar,
+    store_location,
 )
 from memini.cli.importer import Importer, ImportSummary
 from memini.cli.records import (
@@ -221,7 +221,9 @@ def _wanted(args: argparse.Namespace, header: Header | None, first_dims: int | N
     return _Wanted(dims or hdims or first_dims, metric, header, first_dims)
 
 
-def _check_existing(store: Store, path: Path, args: argparse.Namespace, wanted: _Wanted) -> None:
+def _check_existing(
+    store: Store, path: Path | str, args: argparse.Namespace, wanted: _Wanted
+) -> None:
     """Refuse an import whose settings contradict the existing store's, saying what to type."""
     st = store.stats()
     dims, metric = int(st["dims"]), str(st["metric"])
@@ -400,7 +402,7 @@ def _size(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def _print_stats(out: Console, path: Path, st: dict[str, Any], model: str) -> None:
+def _print_stats(out: Console, path: Path | str, st: dict[str, Any], model: str) -> None:
     out.print(
         f"store {path}: {st['rows']:,} memories, {st['dims']} dims, metric {st['metric']}, "
         f"embed model {model or '(unset)'}, {_size(st['bytes_on_disk'])} on disk",
@@ -536,6 +538,11 @@ def _print_check(out: Console, c: _Check) -> None:
 def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``memini check``: compare the rows with the keyword and vector indexes."""
     path = store_location(args.store)
+    if isinstance(path, str):
+        raise CliError(
+            "memini check compares a store directory's indexes with its rows; PostgreSQL "
+            "keeps its own indexes consistent (REINDEX rebuilds them)"
+        )
     store = open_store(path, "check")
     try:
         result = _check(store)

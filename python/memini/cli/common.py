@@ -127,9 +127,7 @@ def open_store(
         raise CliError(f"cannot open store {path}: {e}") from None
 
 
-def open_existing(
-    path: Path | str, what: str, *, embedder: Embedder | None = None
-) -> Store | None:
+def open_existing(path: Path | str, what: str, *, embedder: Embedder | None = None) -> Store | None:
     """The store in ``path`` opened with its own settings, or None when there is none yet."""
     if embedder is not None and isinstance(path, Path) and not (path / "rows.redb").exists():
         return None  # Store.open would create it with the embedder's dims
@@ -144,7 +142,12 @@ def open_existing(
 
 
 def create_store(
-    path: Path | str, dims: int, metric: Metric | None, what: str, *, embedder: Embedder | None = None
+    path: Path | str,
+    dims: int,
+    metric: Metric | None,
+    what: str,
+    *,
+    embedder: Embedder | None = None,
 ) -> Store:
     """Create the store in ``path`` (where `open_existing` found none)."""
     try:

@@ -99,7 +99,7 @@ def _local_embedder() -> LocalEmbedder | None:
         return None
 
 
-def _open_demo_store(path: Path, dims: int, embedder: LocalEmbedder | None) -> Store:
+def _open_demo_store(path: Path | str, dims: int, embedder: LocalEmbedder | None) -> Store:
     """The demo's store: created for the sample, or one a previous run created."""
     store = open_existing(path, "demo", embedder=embedder)
     if store is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import logging
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console

@@ -31,7 +31,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -83,6 +83,9 @@ from memini.types import (
     hash_api_key,
 )
 
+if TYPE_CHECKING:
+    from memini._core import FilterSpec
+
 __all__ = ["PgEngine", "PgMeta", "is_url", "open_backend", "safe_url"]
 
 Conn = psycopg.Connection[Any]
@@ -96,7 +99,9 @@ _UPSERT: Final = (
     + ", ".join(f"%({c})s" for c in WRITE_COLUMNS)
     + f", to_tsvector('{_TS_CONFIG}', %(words)s)) "
     "ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in (*WRITE_COLUMNS, "words") if c not in ("id", "created_at"))
+    + ", ".join(
+        f"{c} = excluded.{c}" for c in (*WRITE_COLUMNS, "words") if c not in ("id", "created_at")
+    )
     + " WHERE memories.namespace = excluded.namespace RETURNING (xmax = 0)"
 )
 
@@ -325,7 +330,10 @@ class PgEngine:
 
     def retier(self, namespace: str, id: str, tier: str, expires_at: int | None) -> None:
         self._modify(
-            "tier = %(tier)s, expires_at = %(exp)s", {"tier": tier, "exp": expires_at}, namespace, id
+            "tier = %(tier)s, expires_at = %(exp)s",
+            {"tier": tier, "exp": expires_at},
+            namespace,
+            id,
         )
 
     def set_confidence(self, namespace: str, id: str, confidence: float, now: int) -> None:
@@ -514,7 +522,7 @@ class PgEngine:
         return [to_memory(r) for r in rows]
 
     def list(
-        self, namespace: str, filter: Any, limit: int, offset: int
+        self, namespace: str, filter: FilterSpec, limit: int, offset: int
     ) -> builtins.list[Memory]:
         params: dict[str, Any] = {"ns": namespace}
         cond = where(filter, params)
@@ -532,7 +540,7 @@ class PgEngine:
             rows = conn.execute(sql, params).fetchall()
         return [to_memory(r) for r in rows]
 
-    def count(self, namespace: str, filter: Any) -> int:
+    def count(self, namespace: str, filter: FilterSpec) -> int:
         params: dict[str, Any] = {"ns": namespace}
         cond = where(filter, params)
         with self._p.tx() as conn:
@@ -627,10 +635,10 @@ class PgEngine:
         conn: Conn,
         namespace: str,
         q: npt.NDArray[np.float32],
-        spec: Any,
+        spec: FilterSpec,
         k: int,
-        tiers: list[str] | None = None,
-    ) -> list[tuple[tuple[Any, ...], float]]:
+        tiers: builtins.list[str] | None = None,
+    ) -> builtins.list[tuple[tuple[Any, ...], float]]:
         """The ``k`` nearest rows passing the filter, (row, score) best first, ties by id."""
         params: dict[str, Any] = {"ns": namespace, "q": q, "k": k}
         cond = where(spec, params, tiers)
@@ -657,24 +665,33 @@ class PgEngine:
         return out
 
     def vector_search(
-        self, namespace: str, vector: npt.NDArray[np.float32], filter: Any, k: int
+        self, namespace: str, vector: npt.NDArray[np.float32], filter: FilterSpec, k: int
     ) -> builtins.list[Scored]:
         with self._p.tx() as conn:
             hits = self._nearest(conn, namespace, vector, filter, k)
         return [Scored(to_memory(r[:-1]), s) for r, s in hits]
 
     def vector_search_many(
-        self, namespace: str, vectors: npt.NDArray[np.float32], filter: Any, k: int
+        self, namespace: str, vectors: npt.NDArray[np.float32], filter: FilterSpec, k: int
     ) -> builtins.list[builtins.list[Scored]]:
         with self._p.tx() as conn:
             return [
-                [Scored(to_memory(r[:-1]), s) for r, s in self._nearest(conn, namespace, q, filter, k)]
+                [
+                    Scored(to_memory(r[:-1]), s)
+                    for r, s in self._nearest(conn, namespace, q, filter, k)
+                ]
                 for q in vectors
             ]
 
     def _keyword(
-        self, conn: Conn, namespace: str, query: str, spec: Any, k: int, tiers: list[str] | None = None
-    ) -> list[tuple[tuple[Any, ...], float]]:
+        self,
+        conn: Conn,
+        namespace: str,
+        query: str,
+        spec: FilterSpec,
+        k: int,
+        tiers: builtins.list[str] | None = None,
+    ) -> builtins.list[tuple[tuple[Any, ...], float]]:
         words = query_words(query)
         if not words:
             return []
@@ -683,7 +700,9 @@ class PgEngine:
         english = f"to_tsquery('{_TS_CONFIG}', %(tsq)s)"
         # a query of stopwords alone (empty in the english configuration) searches its words
         # as they are, unindexed (as the embedded store keeps them when nothing else is left)
-        plain = "to_tsvector('simple', content || ' ' || summary || ' ' || array_to_string(tags, ' '))"
+        plain = (
+            "to_tsvector('simple', content || ' ' || summary || ' ' || array_to_string(tags, ' '))"
+        )
         rows = conn.execute(
             f"(SELECT {SELECT}, ts_rank(words, {english})::float8 AS rank FROM memories "
             f"WHERE numnode({english}) > 0 AND namespace = %(ns)s AND words @@ {english} "
@@ -697,7 +716,7 @@ class PgEngine:
         return [(r[:-1], float(r[-1])) for r in rows]
 
     def keyword_search(
-        self, namespace: str, query: str, filter: Any, k: int
+        self, namespace: str, query: str, filter: FilterSpec, k: int
     ) -> builtins.list[Scored]:
         """PostgreSQL full-text search: the query's words (>= 2 letters/digits, case- and
         accent-folded) OR-ed, English stemming and stopwords (the ``english``
@@ -712,7 +731,7 @@ class PgEngine:
         sources: builtins.list[tuple[str, builtins.list[str] | None]],
         query: str,
         vector: npt.NDArray[np.float32] | None,
-        filter: Any,
+        filter: FilterSpec,
         k: int,
         pool: int,
         fusion: Literal["convex", "rrf"],
@@ -847,9 +866,10 @@ class PgMeta:
     def delete_link(self, src: str, dst: str) -> bool:
         src, dst = check_text(src, "src"), check_text(dst, "dst")
         with self._p.tx() as conn:
-            return conn.execute(
-                "DELETE FROM links WHERE src = %s AND dst = %s", (src, dst)
-            ).rowcount > 0
+            return (
+                conn.execute("DELETE FROM links WHERE src = %s AND dst = %s", (src, dst)).rowcount
+                > 0
+            )
 
     def list_links(self, src: str) -> builtins.list[NamespaceLink]:
         src = check_text(src, "src")
@@ -928,4 +948,3 @@ class PgMeta:
         keep = check_int(keep_max, "keep_max")
         with self._p.tx() as conn:
             return _meta.prune_events(conn, cutoff, keep)
-

@@ -57,4 +57,4 @@ def snapshot_to_directory(conn: psycopg.Connection[Any], path: str, dims: int, m
         for key in _meta.list_api_keys(conn):
             dest.put_api_key(key)
         events = sorted(_meta.list_events(conn, prepare_filter(None)), key=lambda e: e.id)
-        dest._meta.import_events(events, next_id=_meta.next_event_id(conn))  # type: ignore[union-attr]
+        dest._meta.import_events(events, next_id=_meta.next_event_id(conn))

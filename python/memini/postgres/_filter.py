@@ -78,7 +78,7 @@ def where(spec: FilterSpec, params: dict[str, Any], tiers: list[str] | None = No
             terms.append("level IS NULL")
         conds.append(f"({' OR '.join(terms)})")
     if spec["tags"]:
-        conds.append('tags @> %(f_tags)s::text[]')
+        conds.append("tags @> %(f_tags)s::text[]")
         params["f_tags"] = list(dict.fromkeys(spec["tags"]))
     if spec["metadata"]:
         conds.append("meta @> %(f_meta)s")

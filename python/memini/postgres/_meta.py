@@ -21,7 +21,7 @@ from memini import keys as ky
 from memini import links as lk
 from memini._values import now_micros
 from memini.errors import ConflictError
-from memini.types import APIKey, Event, NamespaceLink  # noqa: F401
+from memini.types import APIKey, Event, NamespaceLink
 
 __all__ = [
     "append_events",
@@ -227,8 +227,7 @@ def list_events(conn: Conn, q: ev.EventQuery) -> list[Event]:
         params["text"] = q.text
     if op_terms:
         conds.append(
-            "op_id IN (SELECT op_id FROM events GROUP BY op_id "
-            f"HAVING {' AND '.join(op_terms)})"
+            f"op_id IN (SELECT op_id FROM events GROUP BY op_id HAVING {' AND '.join(op_terms)})"
         )
     sql = f"SELECT {_EVENT_SELECT} FROM events"
     if conds:
@@ -246,8 +245,7 @@ def prune_events(conn: Conn, older_than: int | None, keep_max: int) -> int:
         deleted += conn.execute("DELETE FROM events WHERE created_at < %s", (older_than,)).rowcount
     if keep_max > 0:
         edge = conn.execute(
-            "SELECT created_at, id FROM events ORDER BY created_at DESC, id DESC "
-            "LIMIT 1 OFFSET %s",
+            "SELECT created_at, id FROM events ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET %s",
             (keep_max - 1,),
         ).fetchone()
         if edge is not None:

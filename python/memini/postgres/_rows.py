@@ -21,7 +21,8 @@ import unicodedata
 from typing import Any, Final
 
 import numpy as np
-from psycopg import adapt, pq
+from psycopg import pq
+from psycopg.abc import AdaptContext
 from psycopg.types.string import StrBinaryDumper, StrDumper, StrDumperUnknown, TextLoader
 
 from memini._values import from_micros, json_to_metadata
@@ -29,11 +30,11 @@ from memini.types import Level, Memory, Tier
 
 __all__ = [
     "COLUMNS",
-    "register_text_codec",
     "SELECT",
     "WRITE_COLUMNS",
     "fold",
     "query_words",
+    "register_text_codec",
     "to_memory",
     "write_values",
 ]
@@ -111,7 +112,7 @@ class _BinaryLoader(_Loader):
     format = pq.Format.BINARY
 
 
-def register_text_codec(context: adapt.AdaptContext) -> None:
+def register_text_codec(context: AdaptContext) -> None:
     """Write and read every text value of ``context`` (a connection) through the codec."""
     adapters = context.adapters
     adapters.register_dumper(str, _TextBinary)

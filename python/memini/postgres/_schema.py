@@ -39,7 +39,7 @@ def _v1(dims: int, metric: str) -> list[str]:
             key   text COLLATE "C" PRIMARY KEY,
             value text NOT NULL
         )""",
-        """CREATE TABLE memories (
+        f"""CREATE TABLE memories (
             id                text COLLATE "C" PRIMARY KEY,
             namespace         text COLLATE "C" NOT NULL,
             seq               bigint GENERATED ALWAYS AS IDENTITY,  -- storage order
@@ -62,10 +62,9 @@ def _v1(dims: int, metric: str) -> list[str]:
             confidence        float8,
             linked_memory_ids text[] COLLATE "C" NOT NULL,
             fingerprint       text COLLATE "C" NOT NULL,
-            embedding         vector(%d),
+            embedding         vector({dims}),
             words             tsvector NOT NULL
-        )"""
-        % dims,
+        )""",
         'CREATE INDEX memories_ns_id ON memories (namespace, id COLLATE "C")',
         "CREATE INDEX memories_ns_time ON memories (namespace, created_at, seq)",
         "CREATE INDEX memories_ns_fp ON memories (namespace, fingerprint)",
@@ -114,7 +113,9 @@ def _v1(dims: int, metric: str) -> list[str]:
         "CREATE INDEX events_by_op ON events (op_id)",
     ]
     if dims <= HNSW_MAX_DIMS:
-        stmts.append(f"CREATE INDEX memories_hnsw ON memories USING hnsw (embedding {_OPCLASS[metric]})")
+        stmts.append(
+            f"CREATE INDEX memories_hnsw ON memories USING hnsw (embedding {_OPCLASS[metric]})"
+        )
     return stmts
 
 
