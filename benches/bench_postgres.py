@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -80,7 +81,7 @@ def _embedded(data: D.Dataset, main: D.MainStore) -> tuple[Any, float]:
 
 
 @pytest.fixture(scope="module")
-def pg(data: D.Dataset, bench_dir: Path, main: D.MainStore) -> Iterator[Pg]:
+def pg(data: D.Dataset, main: D.MainStore) -> Iterator[Pg]:
     from memini import Store
 
     if SMOKE:
@@ -89,7 +90,7 @@ def pg(data: D.Dataset, bench_dir: Path, main: D.MainStore) -> Iterator[Pg]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
-        server = pgserver.get_server(bench_dir / "pg", cleanup_mode="delete")
+        server = pgserver.get_server(tempfile.mkdtemp(prefix="memini-pg-"), cleanup_mode="delete")
     with psycopg.connect(server.get_uri(), autocommit=True) as c:
         c.execute("CREATE DATABASE bench")
     url = str(server.get_uri("bench"))

