@@ -305,3 +305,26 @@ def test_backup_writes_an_embedded_store(pg_url: str, tmp_path: Path) -> None:
             pg.backup(tmp_path / "copy")
     with Store.open(tmp_path / "copy") as s:
         assert _snapshot(s) == before
+
+
+def test_two_servers_serve_one_database(pg_url: str) -> None:
+    """Two `memini serve` instances (here in one process) on one database: a write through
+    one is read through the other, and both log the calls they served into the same log."""
+    import memini
+    from memini.server import Server, ServerOptions
+
+    servers = [
+        Server.open(pg_url, dims=4, options=ServerOptions(port=0, admin_key="k", mcp=False))
+        for _ in range(2)
+    ]
+    try:
+        a, b = (memini.connect(s.start(), api_key="k", retry_for=0) for s in servers)
+        with a, b:
+            a.upsert(Memory(id="m", namespace="n", content="green tea", embedding=[1, 0, 0, 0]))
+            assert b.get("n", "m").content == "green tea"
+            assert [h.memory.id for h in b.keyword_search("n", "tea")] == ["m"]
+            kinds = {e.kind for e in a.list_events()}
+            assert EventKind.REMEMBER in kinds
+    finally:
+        for s in servers:
+            s.stop()
