@@ -52,7 +52,12 @@ if TYPE_CHECKING:  # memini.postgres imports psycopg: only Store.open of a URL l
 
 __all__ = ["Store"]
 
-_PG_PREFIXES = ("postgresql://", "postgres://")
+
+def is_postgres_url(path: object) -> bool:
+    """Whether a store location (``Store.open``'s ``path``, ``--store``) is a PostgreSQL URL
+    (``postgresql://`` or ``postgres://``) rather than a directory."""
+    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+
 
 _METRICS_MEMORY_TYPES = frozenset({"decision", "preference", "problem"})
 _METRIC_NAMES = ("l2", "cos", "ip")
@@ -346,7 +351,7 @@ class Store:
             raise InvalidArgumentError(
                 f"unknown metric {metric!r} (use one of: {', '.join(_METRIC_NAMES)})"
             )
-        url = path if isinstance(path, str) and path.startswith(_PG_PREFIXES) else None
+        url = path if isinstance(path, str) and is_postgres_url(path) else None
         p = None if path is None or url is not None else _dir(path, "path")
         breadth = None
         if search_breadth is not None:

@@ -17,7 +17,7 @@ from rich.progress import (
 
 from memini.embed import Embedder
 from memini.errors import InvalidArgumentError, MeminiError, StoreLockedError
-from memini.store import Store
+from memini.store import Store, is_postgres_url
 
 __all__ = [
     "EMBEDDER_HELP",
@@ -48,7 +48,7 @@ class CliError(Exception):
 def store_location(text: str) -> Path | str:
     """Where ``--store`` points: a directory, or a ``postgresql://`` URL kept as text (a
     `Path` would fold its ``//``)."""
-    if text.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(text):
         return text
     return Path(text)
 

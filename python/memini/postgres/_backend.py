@@ -86,10 +86,9 @@ from memini.types import (
 if TYPE_CHECKING:
     from memini._core import FilterSpec
 
-__all__ = ["PgEngine", "PgMeta", "is_url", "open_backend", "safe_url"]
+__all__ = ["PgEngine", "PgMeta", "open_backend", "safe_url"]
 
 Conn = psycopg.Connection[Any]
-_PREFIXES: Final = ("postgresql://", "postgres://")
 _POOL_MAX: Final = 16
 _DEFAULT_BREADTH: Final = 64
 _MAX_EF_SEARCH: Final = 1000  # pgvector's limit; iterative scans go on past it
@@ -104,11 +103,6 @@ _UPSERT: Final = (
     )
     + " WHERE memories.namespace = excluded.namespace RETURNING (xmax = 0)"
 )
-
-
-def is_url(path: object) -> bool:
-    """Whether ``Store.open``'s ``path`` names a PostgreSQL database."""
-    return isinstance(path, str) and path.startswith(_PREFIXES)
 
 
 def safe_url(url: str) -> str:
