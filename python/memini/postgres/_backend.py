@@ -117,6 +117,8 @@ def safe_url(url: str) -> str:
 
 def _translate(exc: psycopg.Error | psycopg_pool.PoolTimeout) -> MeminiError:
     """The memini error for a psycopg exception."""
+    if isinstance(exc, psycopg.errors.ProgramLimitExceeded):  # e.g. an id too long to index
+        return InvalidArgumentError(f"a value is too large for PostgreSQL: {exc}")
     if isinstance(exc, psycopg_pool.PoolTimeout | psycopg.OperationalError):
         return UnavailableError(f"PostgreSQL cannot be reached: {exc}")
     if isinstance(exc, psycopg.DataError):
@@ -171,7 +173,11 @@ class _Pool:
         try:
             with self.pool.connection() as conn, conn.transaction():
                 yield conn
+        except psycopg_pool.PoolClosed:  # closed by another thread meanwhile
+            raise StoreClosedError("store is closed") from None
         except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            if self.closed:
+                raise StoreClosedError("store is closed") from None
             raise _translate(e) from None
 
     def close(self) -> None:
@@ -402,10 +408,12 @@ class PgEngine:
     def sweep_expired(self, now: int, limit: int) -> list[str]:
         cap = "" if limit <= 0 else f"LIMIT {int(limit)}"
         with self._p.tx() as conn:
+            # MATERIALIZED: the capped pick runs once (an IN (subquery) may run again)
             rows = conn.execute(
-                "DELETE FROM memories WHERE id IN (SELECT id FROM memories "
+                "WITH picked AS MATERIALIZED (SELECT id FROM memories "
                 f"WHERE expires_at <= %(now)s ORDER BY expires_at, id {cap} "
-                "FOR UPDATE SKIP LOCKED) AND expires_at <= %(now)s RETURNING tier",
+                "FOR UPDATE SKIP LOCKED) DELETE FROM memories m USING picked "
+                "WHERE m.id = picked.id AND m.expires_at <= %(now)s RETURNING m.tier",
                 {"now": now},
             ).fetchall()
         return [r[0] for r in rows]
