@@ -245,6 +245,8 @@ def check_sequence(value: object, what: str, of: str, *, unordered: bool = False
     Raises:
         InvalidArgumentError: A bare str, or not a sequence.
     """
+    if type(value) is list or type(value) is tuple:  # the common case: no ABC checks
+        return list(value)
     if isinstance(value, str):
         raise InvalidArgumentError(
             f"{what} must be a list of {of}, not a str: write {what}=[{shown(str(value))!r}]"
@@ -332,9 +334,12 @@ def check_int(
     value beyond the 64-bit range is clamped to it instead of refused; a negative value is
     still refused when ``non_negative``.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if type(value) is int:  # the common case: no ABC check
+        n = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
-    n = int(value)
+    else:
+        n = int(value)
     if saturate:
         if non_negative and n < 0:
             raise InvalidArgumentError(f"{what} must be >= 0, got {n}")
