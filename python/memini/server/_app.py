@@ -34,7 +34,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memini import _wire as wire
-from memini.aio import _in_pool
+from memini.aio import _in_pool, default_workers
 from memini.errors import InvalidArgumentError, MeminiError
 from memini.server._auth import Principal, Unauthenticated
 from memini.server._openapi import openapi
@@ -46,9 +46,10 @@ _LOG = logging.getLogger("memini.server")
 _JSON: Final = "application/json"
 _JSON_HEADER: Final = (b"content-type", b"application/json")
 _V1: Final = "/v1/"
-# Worker threads for store calls: as many as anyio's default (the pool Starlette used),
-# so that up to 40 concurrent writes share one group commit.
-_WORKERS: Final = 40
+# Worker threads for store calls: the AsyncStore default (twice the cores), and at least
+# anyio's default 40 (the pool Starlette used), so that up to 40 concurrent writes share one
+# group commit even on a small machine.
+_WORKERS: Final = max(40, default_workers())
 
 
 class _BodyError(Exception):
