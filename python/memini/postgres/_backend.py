@@ -92,6 +92,7 @@ Conn = psycopg.Connection[Any]
 _POOL_MAX: Final = 16
 _DEFAULT_BREADTH: Final = 64
 _MAX_EF_SEARCH: Final = 1000  # pgvector's limit; iterative scans go on past it
+_OVERFETCH: Final = 4  # graph candidates per result wanted, rescored exactly
 _TS_CONFIG: Final = "english"
 _UPSERT: Final = (
     f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, words) VALUES ("
@@ -641,8 +642,15 @@ class PgEngine:
         k: int,
         tiers: builtins.list[str] | None = None,
     ) -> builtins.list[tuple[tuple[Any, ...], float]]:
-        """The ``k`` nearest rows passing the filter, (row, score) best first, ties by id."""
-        params: dict[str, Any] = {"ns": namespace, "q": q, "k": k}
+        """The ``k`` nearest rows passing the filter, (row, score) best first, ties by id.
+
+        The graph is asked for ``_OVERFETCH * k`` candidates (at least 40), rescored
+        exactly, and the best ``k`` kept: an approximate walk's misses near the top are
+        mostly found a little further down. A walk that yields fewer than ``k`` rows (a
+        filter passing few rows) reruns as an exact scan.
+        """
+        fetch = max(_OVERFETCH * k, 40)
+        params: dict[str, Any] = {"ns": namespace, "q": q, "k": fetch}
         cond = where(spec, params, tiers)
         op = OPERATORS[self._metric]
         sql = (
@@ -651,20 +659,20 @@ class PgEngine:
         )
         rows: builtins.list[tuple[Any, ...]] = []
         if self._dims <= HNSW_MAX_DIMS:
+            ef = min(max(self._breadth, fetch), _MAX_EF_SEARCH)
             conn.execute(
-                "SET LOCAL hnsw.iterative_scan = strict_order; "
-                f"SET LOCAL hnsw.ef_search = {min(max(self._breadth, k, 40), _MAX_EF_SEARCH)}"
+                f"SET LOCAL hnsw.iterative_scan = strict_order; SET LOCAL hnsw.ef_search = {ef}"
             )
             rows = conn.execute(sql.format(f"embedding {op} %(q)s"), params, binary=True).fetchall()
         if len(rows) < k:  # a selective filter: scan exactly ("+ 0" keeps the index off)
+            params["k"] = k
             exact = sql.format(f"(embedding {op} %(q)s) + 0")
             rows = conn.execute(exact, params, binary=True).fetchall()
         if not rows:
             return []
         vectors = np.stack([r[-1].to_numpy() for r in rows]).astype(np.float32)
         scores = _core.vector_scores(self._metric, q, vectors)  # the embedded store's rule
-        out = sorted(zip(rows, scores, strict=True), key=lambda t: (-t[1], t[0][0]))
-        return out
+        return sorted(zip(rows, scores, strict=True), key=lambda t: (-t[1], t[0][0]))[:k]
 
     def vector_search(
         self, namespace: str, vector: npt.NDArray[np.float32], filter: FilterSpec, k: int
