@@ -93,6 +93,9 @@ _POOL_MAX: Final = 16
 _DEFAULT_BREADTH: Final = 64
 _MAX_EF_SEARCH: Final = 1000  # pgvector's limit; iterative scans go on past it
 _OVERFETCH: Final = 4  # graph candidates per result wanted, rescored exactly
+# hnsw.ef_search times this under a filter beyond the live rule: on 99k pypi rows the 10% tag
+# filter gave recall@10 0.927 with the plain beam (unfiltered 0.969)
+_FILTERED_BEAM: Final = 4
 _TS_CONFIG: Final = "english"
 _UPSERT: Final = (
     f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, words) VALUES ("
@@ -206,6 +209,16 @@ def open_backend(url: str, dims: int | None, metric: str | None) -> tuple[PgEngi
     pool = _Pool(url)
     pool.open()
     return PgEngine(pool, stored_dims, stored_metric), PgMeta(pool)
+
+
+def _selective(spec: FilterSpec, tiers: builtins.list[str] | None) -> bool:
+    """Whether a filter selects rows beyond the live rule (tags, metadata, tiers, ...)."""
+    return (
+        tiers is not None
+        or any(spec[f] for f in ("tiers", "levels", "tags", "metadata", "memory_types"))
+        or bool(spec["exclude_metadata"])
+        or any(spec[f] is not None for f in ("as_of", "created_after", "accessed_after"))
+    )
 
 
 class PgEngine:
@@ -659,7 +672,10 @@ class PgEngine:
         )
         rows: builtins.list[tuple[Any, ...]] = []
         if self._dims <= HNSW_MAX_DIMS:
-            ef = min(max(self._breadth, fetch), _MAX_EF_SEARCH)
+            ef = max(self._breadth, fetch)
+            if _selective(spec, tiers):  # the walk skips rows: a wider beam keeps recall
+                ef *= _FILTERED_BEAM
+            ef = min(ef, _MAX_EF_SEARCH)
             conn.execute(
                 f"SET LOCAL hnsw.iterative_scan = strict_order; SET LOCAL hnsw.ef_search = {ef}"
             )
