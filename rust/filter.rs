@@ -43,6 +43,8 @@ pub struct Predicate<'a> {
     created_after: Option<Micros>,
     accessed_after: Option<Micros>,
     trivial: bool,
+    /// Every row passes the live rule and nothing but tags and metadata pairs is asked.
+    plain: bool,
 }
 
 fn level_bit(l: Option<Level>) -> u8 {
@@ -89,21 +91,21 @@ impl<'a> Predicate<'a> {
             created_after: spec.created_after,
             accessed_after: spec.accessed_after,
             trivial: false,
+            plain: false,
         };
         let live_trivial = spec.as_of.is_none()
             && (spec.include_expired || !ns.expiries.any_at_or_before(reference))
             && (spec.include_superseded
                 || (ns.superseded == 0 && !ns.valid_tos.any_at_or_before(reference)));
-        p.trivial = live_trivial
+        p.plain = live_trivial
             && p.tiers == 0
             && p.levels == 0
-            && p.tags.is_empty()
-            && p.meta.is_empty()
             && p.exclude_meta.is_empty()
             && p.memory_types.is_empty()
             && p.exclude_rids.is_empty()
             && p.created_after.is_none()
             && p.accessed_after.is_none();
+        p.trivial = p.plain && p.tags.is_empty() && p.meta.is_empty();
         p
     }
 
@@ -117,6 +119,22 @@ impl<'a> Predicate<'a> {
     #[must_use]
     pub fn is_trivial(&self) -> bool {
         self.trivial
+    }
+
+    /// The vector keys of the rows passing, ascending, when those rows are exactly one
+    /// posting list (a single tag or metadata pair asked of a namespace whose rows are all
+    /// live): listed without reading a row.
+    #[must_use]
+    pub fn exact_vector_keys(&self) -> Option<Vec<u64>> {
+        if !self.plain {
+            return None;
+        }
+        let list = match (self.tags.as_slice(), self.meta.as_slice()) {
+            ([h], []) => self.ns.vector_tags.get(h),
+            ([], [h]) => self.ns.vector_meta.get(h),
+            _ => return None,
+        };
+        Some(list.map(|l| l.iter().collect()).unwrap_or_default())
     }
 
     /// Whether the row passes.
@@ -306,7 +324,10 @@ mod tests {
             [r1, r2, r3, r4, r5, r6, r7, other]
                 .into_iter()
                 .zip(1..)
-                .map(|(c, rid)| (rid, c))
+                .map(|(mut c, rid)| {
+                    c.vkey = (rid != 3).then_some(100 + rid);
+                    (rid, c)
+                })
                 .collect(),
         )
     }
@@ -348,6 +369,13 @@ mod tests {
                 assert!(pass.is_subset(&cands), "a passing row is not a candidate");
             }
             None => assert_eq!(p.candidate_count(), all.len()),
+        }
+        if let Some(exact) = p.exact_vector_keys() {
+            let vkeys: Vec<u64> = pass.iter().filter_map(|rid| c.rows[rid].vkey).collect();
+            assert_eq!(
+                vkeys, exact,
+                "an exact posting list is not the passing rows"
+            );
         }
         pass
     }
@@ -661,6 +689,60 @@ mod tests {
         };
         let p = Predicate::new(&tagged, &c.namespaces["n"]);
         assert_eq!(p.tags(), [tag_hash("red"), tag_hash("blue")]);
+    }
+
+    #[test]
+    fn a_filter_lists_its_vector_keys_only_for_one_tag_or_pair_on_live_rows() {
+        let c = columns();
+        let exact =
+            |ns: &str, s: &FilterSpec| Predicate::new(s, &c.namespaces[ns]).exact_vector_keys();
+        let red = FilterSpec {
+            tags: strings(&["red"]),
+            ..spec()
+        };
+        // "m" is all live; "n" holds expired, superseded and ended rows; row r has vector
+        // key 100 + r, but for r3 (none)
+        assert_eq!(exact("m", &red), Some(vec![108]));
+        assert_eq!(exact("n", &red), None);
+        let lifted = FilterSpec {
+            include_expired: true,
+            include_superseded: true,
+            ..red.clone()
+        };
+        assert_eq!(exact("n", &lifted), Some(vec![101, 102]));
+        let unknown = FilterSpec {
+            tags: strings(&["green"]),
+            ..lifted.clone()
+        };
+        assert_eq!(exact("n", &unknown), Some(vec![]));
+        let pair = FilterSpec {
+            include_expired: true,
+            include_superseded: true,
+            metadata: pairs(&[("k", "v")]),
+            ..spec()
+        };
+        assert_eq!(exact("n", &pair), Some(vec![101]));
+        // two lists, or anything else asked: not one list
+        for s in [
+            FilterSpec {
+                tags: strings(&["red", "blue"]),
+                ..lifted.clone()
+            },
+            FilterSpec {
+                metadata: pairs(&[("k", "v")]),
+                ..lifted.clone()
+            },
+            FilterSpec {
+                tiers: vec![Tier::Semantic],
+                ..lifted.clone()
+            },
+            FilterSpec {
+                exclude_ids: strings(&["r1"]),
+                ..lifted.clone()
+            },
+        ] {
+            assert_eq!(exact("n", &s), None);
+        }
     }
 
     #[test]

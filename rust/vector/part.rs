@@ -158,7 +158,10 @@ impl GraphPart {
     }
 
     pub(super) fn add(&mut self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
-        for (k, v) in items {
+        // in key order: the compact copy appends a key larger than all it holds
+        let mut order: Vec<&(u64, Vec<f32>)> = items.iter().collect();
+        order.sort_unstable_by_key(|(k, _)| *k);
+        for (k, v) in order {
             self.index(*k, v);
         }
         if self.frozen {
