@@ -42,7 +42,6 @@ pub struct Predicate<'a> {
     include_superseded: bool,
     created_after: Option<Micros>,
     accessed_after: Option<Micros>,
-    trivial: bool,
     /// Every row passes the live rule and nothing but tags and metadata pairs is asked.
     plain: bool,
 }
@@ -90,7 +89,6 @@ impl<'a> Predicate<'a> {
             include_superseded: spec.include_superseded,
             created_after: spec.created_after,
             accessed_after: spec.accessed_after,
-            trivial: false,
             plain: false,
         };
         let live_trivial = spec.as_of.is_none()
@@ -105,7 +103,6 @@ impl<'a> Predicate<'a> {
             && p.exclude_rids.is_empty()
             && p.created_after.is_none()
             && p.accessed_after.is_none();
-        p.trivial = p.plain && p.tags.is_empty() && p.meta.is_empty();
         p
     }
 
@@ -118,7 +115,7 @@ impl<'a> Predicate<'a> {
     /// True when every row of the namespace passes (searches then need no predicate at all).
     #[must_use]
     pub fn is_trivial(&self) -> bool {
-        self.trivial
+        self.plain && self.tags.is_empty() && self.meta.is_empty()
     }
 
     /// The vector keys of the rows passing, ascending, when those rows are exactly one
@@ -147,7 +144,7 @@ impl<'a> Predicate<'a> {
     /// the row's tags costs a cache miss per row: ~30% of listing a 10% tag's rows).
     #[must_use]
     pub fn matches_vouched(&self, rid: u64, c: &Col, vouched: Vouched) -> bool {
-        if self.trivial {
+        if self.is_trivial() {
             return true;
         }
         if self.tiers != 0 && self.tiers & (1 << (c.tier as u8)) == 0 {

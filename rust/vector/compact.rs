@@ -42,14 +42,16 @@ fn quantize(v: &[f32], codes: &mut Vec<i8>) -> f32 {
         0.0
     };
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    // rounded half away from zero by the truncating cast (`f32::round` is a libm call per
+    // element on baseline x86-64: ~10% of an open, which builds the copy)
     #[allow(
         clippy::cast_possible_truncation,
-        reason = "rounded and clamped to -127..=127 first"
+        reason = "clamped to -127..=127 first, truncated toward zero on purpose"
     )]
-    codes.extend(
-        v.iter()
-            .map(|x| (x * inv).round().clamp(-127.0, 127.0) as i8),
-    );
+    codes.extend(v.iter().map(|x| {
+        let y = x * inv;
+        (y + 0.5f32.copysign(y)).clamp(-127.0, 127.0) as i8
+    }));
     scale
 }
 
