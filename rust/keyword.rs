@@ -1686,7 +1686,7 @@ mod tests {
         }
         let names = ["c", "a"];
         // b's rows are never offered to a group; a's odd rows are filtered out
-        let keep = |rid: u64| ns_of(rid) != "a" || rid % 2 == 0;
+        let keep = |rid: u64| ns_of(rid) != "a" || rid.is_multiple_of(2);
         let group = |rid: u64, _: u64| {
             let g = names.iter().position(|n| *n == ns_of(rid))?;
             keep(rid).then_some(g)
