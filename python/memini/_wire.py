@@ -450,6 +450,10 @@ def _dataclass_decoder(cls: type) -> _Dec:
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     name = cls.__name__
+    # fields whose JSON value is their value when it is a scalar: no decoder call, no path
+    # (a search answer's ten memories were ~110 us of the client's decoding)
+    plain = frozenset(k for k, d in fields.items() if d is _plain_any)
+    known = fields.keys()
 
     def dec(v: Any, p: str) -> Any:
         if not isinstance(v, dict):
@@ -457,18 +461,26 @@ def _dataclass_decoder(cls: type) -> _Dec:
         got = _unmark(v, p)
         if got is not v:
             return got
-        unknown = [k for k in v if k not in fields]
-        if unknown:
+        if not v.keys() <= known:
+            unknown = next(k for k in v if k not in fields)
             raise InvalidArgumentError(
-                f"{p} has an unknown field {unknown[0]!r} for a {name} "
-                f"(fields: {', '.join(fields)})"
+                f"{p} has an unknown field {unknown!r} for a {name} (fields: {', '.join(fields)})"
             )
         missing = [k for k in required if k not in v]
         if missing:
             raise InvalidArgumentError(f"{p} lacks the required field {missing[0]!r} of a {name}")
-        return cls(**{k: fields[k](x, f"{p}.{k}") for k, x in v.items()})
+        out = {}
+        for k, x in v.items():
+            if k in plain and (x is None or type(x) in _SCALARS):
+                out[k] = x
+            else:
+                out[k] = fields[k](x, f"{p}.{k}")
+        return cls(**out)
 
     return dec
+
+
+_SCALARS: Final = frozenset({str, int, float, bool})
 
 
 def decode(value: Any, hint: object, path: str) -> Any:

@@ -6,27 +6,35 @@ handler maps `MeminiError` subclasses to status codes (`memini._wire.STATUS`). B
 never reaches the store: a body over ``max_body`` bytes is refused with 413 as it streams
 in, one that does not arrive within ``body_timeout`` seconds with 408, malformed JSON
 (NaN and Infinity included), unknown arguments or fields and malformed datetimes with 400.
+
+``POST /v1/<method>`` (every store call) is served by a bare ASGI handler in front of
+Starlette, which serves every other path: no router, middleware stack or request objects
+per call, and the call goes to the worker threads as `memini.aio` sends its calls (the
+worker completes the awaited future) rather than with anyio's ``to_thread`` (a cancel scope,
+a capacity limiter and a chained future per call). Measured through the app without
+sockets (20k rows, k=10 vector_search): the event loop's CPU per call 136 -> 86 us.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
-import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memini import _wire as wire
+from memini.aio import _in_pool, default_workers
 from memini.errors import InvalidArgumentError, MeminiError
 from memini.server._auth import Principal, Unauthenticated
 from memini.server._openapi import openapi
@@ -36,6 +44,12 @@ __all__ = ["create_app"]
 
 _LOG = logging.getLogger("memini.server")
 _JSON: Final = "application/json"
+_JSON_HEADER: Final = (b"content-type", b"application/json")
+_V1: Final = "/v1/"
+# Worker threads for store calls: the AsyncStore default (twice the cores), and at least
+# anyio's default 40 (the pool Starlette used), so that up to 40 concurrent writes share one
+# group commit even on a small machine.
+_WORKERS: Final = max(40, default_workers())
 
 
 class _BodyError(Exception):
@@ -44,34 +58,55 @@ class _BodyError(Exception):
         self.status = status
 
 
+_Answer = tuple[int, bytes]
+
+
+def _error_answer(status: int, type_name: str, message: str) -> _Answer:
+    return status, wire.error_body(type_name, message)
+
+
+def _meminierror_answer(exc: MeminiError) -> _Answer:
+    if isinstance(exc, Unauthenticated):
+        return _error_answer(401, "AuthError", str(exc))
+    cls = type(exc)
+    name = cls.__name__ if cls.__name__ in wire.ERRORS else "MeminiError"
+    return _error_answer(wire.status_of(exc), name, str(exc))
+
+
 def _error(status: int, type_name: str, message: str) -> Response:
     return Response(wire.error_body(type_name, message), status, media_type=_JSON)
 
 
 def _meminierror(exc: MeminiError) -> Response:
-    if isinstance(exc, Unauthenticated):
-        return _error(401, "AuthError", str(exc))
-    cls = type(exc)
-    name = cls.__name__ if cls.__name__ in wire.ERRORS else "MeminiError"
-    return _error(wire.status_of(exc), name, str(exc))
+    status, body = _meminierror_answer(exc)
+    return Response(body, status, media_type=_JSON)
 
 
-async def _body(request: Request, limit: int, timeout: float) -> bytes:
-    declared = request.headers.get("content-length")
+async def _body(receive: Receive, declared: bytes | None, limit: int, timeout: float) -> bytes:
+    """The request body, refused (`_BodyError`) when over ``limit`` bytes (by its declared
+    length before reading, or as it streams in) or not complete within ``timeout`` s."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BodyError(413, f"the body has {declared} bytes, more than the limit {limit}")
+        raise _BodyError(
+            413, f"the body has {declared.decode()} bytes, more than the limit {limit}"
+        )
     chunks: list[bytes] = []
     size = 0
     try:
-        with anyio.fail_after(timeout):
-            async for chunk in request.stream():
+        async with asyncio.timeout(timeout):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _BodyError(400, "the client disconnected before its body arrived")
+                chunk: bytes = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:
                     raise _BodyError(413, f"the body is larger than the limit of {limit} bytes")
                 chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
         raise _BodyError(408, f"the body did not arrive within {timeout} s") from None
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class _McpRoute:
@@ -123,7 +158,7 @@ def create_app(
     registry: CollectorRegistry | None = None,
     mcp: Any = None,
     version: str = "",
-) -> Starlette:
+) -> ASGIApp:
     """The ASGI app serving ``service``.
 
     Args:
@@ -149,36 +184,67 @@ def create_app(
     Gauge("memini_calls_in_flight", "Store calls being served now", registry=reg).set_function(
         lambda: service.in_flight
     )
+    # the labelled children, looked up once per (method, status) rather than per request
+    counted: dict[tuple[str, int], Any] = {}
+    timed: dict[str, Any] = {}
+    pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="memini-serve")
     doc: dict[str, Any] = {}
 
-    async def call(request: Request) -> Response:
-        t0 = time.perf_counter()
-        name = request.path_params["method"]
-        method = wire.METHODS.get(name)
-        label = name if method is not None else "unknown"
-        response = await _serve(request, method, name)
-        requests.labels(label, str(response.status_code)).inc()
-        latency.labels(label).observe(time.perf_counter() - t0)
-        return response
+    def observe(label: str, status: int, seconds: float) -> None:
+        counter = counted.get((label, status))
+        if counter is None:
+            counter = counted[label, status] = requests.labels(label, str(status))
+        histogram = timed.get(label)
+        if histogram is None:
+            histogram = timed[label] = latency.labels(label)
+        counter.inc()
+        histogram.observe(seconds)
 
-    async def _serve(request: Request, method: wire.Method | None, name: str) -> Response:
+    async def call(scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /v1/<method>``: one store call, bare ASGI (the hot path)."""
+        t0 = time.perf_counter()
+        name = scope["path"][len(_V1) :]
+        method = wire.METHODS.get(name)
+        status, body = await _serve(scope, receive, method, name)
+        observe(name if method is not None else "unknown", status, time.perf_counter() - t0)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [_JSON_HEADER, (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _serve(
+        scope: Scope, receive: Receive, method: wire.Method | None, name: str
+    ) -> _Answer:
         if method is None:
-            return _error(404, "NotFoundError", f"no method {name!r} (see /openapi.json)")
+            return _error_answer(404, "NotFoundError", f"no method {name!r} (see /openapi.json)")
         if service.draining:
-            return _error(503, "UnavailableError", "the server is shutting down")
+            return _error_answer(503, "UnavailableError", "the server is shutting down")
+        authorization: bytes | None = None
+        declared: bytes | None = None
+        for key, value in scope["headers"]:
+            if key == b"authorization":
+                authorization = value
+            elif key == b"content-length":
+                declared = value
         try:
-            principal = service.gate.principal(request.headers.get("authorization"))
-            raw = await _body(request, max_body, body_timeout)
+            principal = service.gate.principal(
+                None if authorization is None else authorization.decode("latin-1")
+            )
+            raw = await _body(receive, declared, max_body, body_timeout)
             # decoding a large batch takes a while: never on the event loop
-            body = await run_in_threadpool(_call_json, service, principal, method, raw)
-            return Response(body, media_type=_JSON)
+            body: bytes = await _in_pool(pool, _call_json, service, principal, method, raw)
+            return 200, body
         except MeminiError as e:
-            return _meminierror(e)
+            return _meminierror_answer(e)
         except _BodyError as e:
-            return _error(e.status, "InvalidArgumentError", str(e))
+            return _error_answer(e.status, "InvalidArgumentError", str(e))
         except Exception:
             _LOG.exception("%s() failed inside the server", name)
-            return _error(500, "MeminiError", f"{name}() failed inside the server (logged)")
+            return _error_answer(500, "MeminiError", f"{name}() failed inside the server (logged)")
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -187,14 +253,14 @@ def create_app(
         if service.draining:
             return JSONResponse({"status": "draining"}, 503)
         try:
-            await run_in_threadpool(service.store.ping)
+            await _in_pool(pool, service.store.ping)
         except MeminiError as e:
             return JSONResponse({"status": "unavailable", "reason": str(e)}, 503)
         return JSONResponse({"status": "ready"})
 
     async def metrics(request: Request) -> Response:
         with contextlib.suppress(MeminiError):
-            await run_in_threadpool(service.store.refresh_active_counts)
+            await _in_pool(pool, service.store.refresh_active_counts)
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
 
     async def openapi_json(request: Request) -> Response:
@@ -203,11 +269,12 @@ def create_app(
         return Response(wire.dumps(doc), media_type=_JSON)
 
     routes = [
-        Route("/v1/{method}", call, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        # other HTTP methods on /v1/<method> (405); POST never reaches the router
+        Route("/v1/{method}", call, methods=["POST"]),
     ]
     if mcp is not None:
         routes.append(Route("/mcp", _McpRoute(service, mcp), methods=["GET", "POST", "DELETE"]))
@@ -220,6 +287,17 @@ def create_app(
             try:
                 yield
             finally:
-                await run_in_threadpool(service.close)
+                try:
+                    await _in_pool(pool, service.close)
+                finally:
+                    pool.shutdown(wait=False)
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    rest = Starlette(routes=routes, lifespan=lifespan)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith(_V1):
+            await call(scope, receive, send)
+        else:
+            await rest(scope, receive, send)
+
+    return app
