@@ -42,7 +42,8 @@ pub struct Predicate<'a> {
     include_superseded: bool,
     created_after: Option<Micros>,
     accessed_after: Option<Micros>,
-    trivial: bool,
+    /// Every row passes the live rule and nothing but tags and metadata pairs is asked.
+    plain: bool,
 }
 
 fn level_bit(l: Option<Level>) -> u8 {
@@ -98,17 +99,15 @@ impl<'a> Predicate<'a> {
             include_superseded: spec.include_superseded,
             created_after: spec.created_after,
             accessed_after: spec.accessed_after,
-            trivial: false,
+            plain: false,
         };
         let live_trivial = spec.as_of.is_none()
             && (spec.include_expired || !ns.expiries.any_at_or_before(reference))
             && (spec.include_superseded
                 || (ns.superseded == 0 && !ns.valid_tos.any_at_or_before(reference)));
-        p.trivial = live_trivial
+        p.plain = live_trivial
             && p.tiers == 0
             && p.levels == 0
-            && p.tags.is_empty()
-            && p.meta.is_empty()
             && p.exclude_meta.is_empty()
             && p.memory_types.is_empty()
             && p.exclude_rids.is_empty()
@@ -126,7 +125,23 @@ impl<'a> Predicate<'a> {
     /// True when every row of the namespace passes (searches then need no predicate at all).
     #[must_use]
     pub fn is_trivial(&self) -> bool {
-        self.trivial
+        self.plain && self.tags.is_empty() && self.meta.is_empty()
+    }
+
+    /// The vector keys of the rows passing, ascending, when those rows are exactly one
+    /// posting list (a single tag or metadata pair asked of a namespace whose rows are all
+    /// live): listed without reading a row.
+    #[must_use]
+    pub fn exact_vector_keys(&self) -> Option<Vec<u64>> {
+        if !self.plain {
+            return None;
+        }
+        let list = match (self.tags.as_slice(), self.meta.as_slice()) {
+            ([h], []) => self.ns.vector_tags.get(h),
+            ([], [h]) => self.ns.vector_meta.get(h),
+            _ => return None,
+        };
+        Some(list.map(|l| l.iter().collect()).unwrap_or_default())
     }
 
     /// Whether the row passes.
@@ -139,7 +154,7 @@ impl<'a> Predicate<'a> {
     /// the row's tags costs a cache miss per row: ~30% of listing a 10% tag's rows).
     #[must_use]
     pub fn matches_vouched(&self, rid: u64, c: &Col, vouched: Vouched) -> bool {
-        if self.trivial {
+        if self.is_trivial() {
             return true;
         }
         if self.tiers != 0 && self.tiers & (1 << (c.tier as u8)) == 0 {
@@ -316,7 +331,10 @@ mod tests {
             [r1, r2, r3, r4, r5, r6, r7, other]
                 .into_iter()
                 .zip(1..)
-                .map(|(c, rid)| (rid, c))
+                .map(|(mut c, rid)| {
+                    c.vkey = (rid != 3).then_some(100 + rid);
+                    (rid, c)
+                })
                 .collect(),
         )
     }
@@ -358,6 +376,13 @@ mod tests {
                 assert!(pass.is_subset(&cands), "a passing row is not a candidate");
             }
             None => assert_eq!(p.candidate_count(), all.len()),
+        }
+        if let Some(exact) = p.exact_vector_keys() {
+            let vkeys: Vec<u64> = pass.iter().filter_map(|rid| c.rows[rid].vkey).collect();
+            assert_eq!(
+                vkeys, exact,
+                "an exact posting list is not the passing rows"
+            );
         }
         pass
     }
@@ -676,6 +701,60 @@ mod tests {
         };
         let p = Predicate::new(&tagged, &c.namespaces["n"]);
         assert_eq!(p.tags(), [tag_hash("red"), tag_hash("blue")]);
+    }
+
+    #[test]
+    fn a_filter_lists_its_vector_keys_only_for_one_tag_or_pair_on_live_rows() {
+        let c = columns();
+        let exact =
+            |ns: &str, s: &FilterSpec| Predicate::new(s, &c.namespaces[ns]).exact_vector_keys();
+        let red = FilterSpec {
+            tags: strings(&["red"]),
+            ..spec()
+        };
+        // "m" is all live; "n" holds expired, superseded and ended rows; row r has vector
+        // key 100 + r, but for r3 (none)
+        assert_eq!(exact("m", &red), Some(vec![108]));
+        assert_eq!(exact("n", &red), None);
+        let lifted = FilterSpec {
+            include_expired: true,
+            include_superseded: true,
+            ..red.clone()
+        };
+        assert_eq!(exact("n", &lifted), Some(vec![101, 102]));
+        let unknown = FilterSpec {
+            tags: strings(&["green"]),
+            ..lifted.clone()
+        };
+        assert_eq!(exact("n", &unknown), Some(vec![]));
+        let pair = FilterSpec {
+            include_expired: true,
+            include_superseded: true,
+            metadata: pairs(&[("k", "v")]),
+            ..spec()
+        };
+        assert_eq!(exact("n", &pair), Some(vec![101]));
+        // two lists, or anything else asked: not one list
+        for s in [
+            FilterSpec {
+                tags: strings(&["red", "blue"]),
+                ..lifted.clone()
+            },
+            FilterSpec {
+                metadata: pairs(&[("k", "v")]),
+                ..lifted.clone()
+            },
+            FilterSpec {
+                tiers: vec![Tier::Semantic],
+                ..lifted.clone()
+            },
+            FilterSpec {
+                exclude_ids: strings(&["r1"]),
+                ..lifted.clone()
+            },
+        ] {
+            assert_eq!(exact("n", &s), None);
+        }
     }
 
     #[test]

@@ -83,7 +83,15 @@ pub(super) fn vector_hits(
             .get(&vkey)
             .is_some_and(|rid| st.cols.rows.get(rid).is_some_and(|c| pred.matches(*rid, c)))
     };
-    let all_keys = || matching_map(st, n, &pred, |_, c| c.vkey);
+    // ascending, as a compact scan walks them (see `vector::compact`)
+    let all_keys = || match pred.exact_vector_keys() {
+        Some(keys) => keys,
+        None => {
+            let mut keys = matching_map(st, n, &pred, |_, c| c.vkey);
+            keys.sort_unstable();
+            keys
+        }
+    };
     let plan = if pred.is_trivial() {
         Plan::All {
             all_keys: &all_keys,

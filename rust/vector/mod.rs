@@ -79,25 +79,28 @@ pub struct Tuning {
 }
 
 /// Where the defaults come from: `rust/examples/crossover.rs` on 99k 384-d rows (pypi-100k),
-/// one thread, QPS as a share of the unfiltered QPS measured in the same run (machine loaded):
+/// one thread, QPS as a share of the unfiltered QPS measured in the same run (machine loaded,
+/// two runs each):
 ///
 /// | passing | compact scan | over-fetch | traversal |
 /// |---|---|---|---|
-/// | 2% (2k rows) | 1.46-2.09x | 0.13x | 0.03x |
-/// | 5% (5k) | 0.31-0.56x | 0.27x | 0.04x |
-/// | 10% (10k) | 0.16-0.22x | 0.43x | 0.12x |
-/// | 20% (20k) | 0.09-0.11x | 0.71x | 0.22x |
+/// | 5% (5k rows) | 2.0-3.1x | 0.18-0.24x | 0.04x |
+/// | 10% (10k) | 1.0-1.2x | 0.42-0.48x | 0.12x |
+/// | 15% (15k) | 0.43-0.78x | 0.48-1.15x | 0.17x |
+/// | 20% (20k) | 0.52-0.58x | 0.56-0.69x | 0.22x |
+/// | 30% (30k) | 0.32-0.36x | 0.47-0.58x | |
 ///
-/// The compact scan's cost grows with the rows passing (~100 ns a scattered row under load,
-/// memory-bound), over-fetch's with 1/selectivity: they cross near 7k rows. Where over-fetch
-/// would need more than `overfetch_max` candidates, the traversal is the alternative, and the
-/// compact scan beats it up to ~50k rows (0.04x at 50k against the traversal's 0.03-0.04x).
+/// The compact scan's cost grows with the rows passing (memory-bound even when streamed),
+/// over-fetch's with 1/selectivity: they cross near 18k rows, where the compact scan still
+/// has recall 1.0 against over-fetch's ~0.97. Where over-fetch would need more than
+/// `overfetch_max` candidates, the traversal is the alternative, and the compact scan beats
+/// it up to ~50k rows.
 impl Default for Tuning {
     fn default() -> Self {
         Self {
             graph_min: 2048,
             exact_max: 1024,
-            compact_scan_max: 7_000,
+            compact_scan_max: 18_000,
             rare_scan_max: 32_768,
             overfetch_max: 512,
         }
