@@ -280,7 +280,14 @@ def eight(data: D.Dataset) -> Iterator[Any]:
 
 
 def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) -> None:
-    """Goal: recall over 8 namespaces (a list, and linked) <= 8x one namespace."""
+    """Goal: recall over 8 namespaces (a list, and linked) <= 8x one namespace.
+
+    "One namespace" is measured two ways: always ``ns0`` (its graph stays in the CPU caches:
+    the ratio to it also counts the cache misses of reading 8 graphs, ~30 MB at 20k rows) and
+    rotating over the 8 namespaces, one per query (the same data read as the 8-namespace
+    call, so the ratio counts only what recall adds per namespace). The keyword leg over 8
+    namespaces is one pass over the index; the vector leg is one graph search per namespace.
+    """
     texts, vecs = _queries(data)
     names = [f"ns{j}" for j in range(8)]
 
@@ -290,6 +297,10 @@ def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) ->
                 eight.recall(ns, t, v, k=10, linked=linked)
 
         return go
+
+    def rotating() -> None:
+        for i, (t, v) in enumerate(zip(texts, vecs, strict=True)):
+            eight.recall(names[i % 8], t, v, k=10)
 
     def searches(nss: list[str]) -> Callable[[], None]:
         def go() -> None:
@@ -302,6 +313,7 @@ def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) ->
 
     many, one = D.timed_pair(benchmark, run(names), run("ns0"), 3)
     linked = min(_time(run("ns0", linked=True)) for _ in range(3))
+    spread = min(_time(rotating) for _ in range(3))
     peer = min(_time(searches(names)) for _ in range(3)) / min(
         _time(searches(["ns0"])) for _ in range(3)
     )
@@ -310,8 +322,11 @@ def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) ->
         {
             "eight_s": many,
             "one_s": one,
+            "one_rotating_s": spread,
             "ratio": many / one,
             "linked_ratio": linked / one,
+            "ratio_vs_rotating": many / spread,
+            "linked_ratio_vs_rotating": linked / spread,
             "peer_ratio_two_searches_8_vs_1": peer,
             "goal": "<= 8",
         }

@@ -194,6 +194,8 @@ pub struct Namespace {
     pub valid_tos: Instants,
     /// Rows with a vector.
     pub vectors: usize,
+    /// Rows per tier, indexed by `Tier as usize`.
+    pub tiers: [usize; 4],
     /// (created_at, rid) of every row: the namespace's timeline, in the order rows were
     /// made (rows stamped the same instant in the order they were first stored).
     pub timeline: BTreeSet<(Micros, u64)>,
@@ -228,6 +230,7 @@ impl Namespace {
         self.expiries.add(col.expires_at);
         self.valid_tos.add(col.valid_to);
         self.vectors += usize::from(col.vkey.is_some());
+        self.tiers[col.tier as usize] += 1;
         self.timeline.insert((col.created_at, rid));
     }
 
@@ -265,6 +268,7 @@ impl Namespace {
         self.expiries.remove(col.expires_at);
         self.valid_tos.remove(col.valid_to);
         self.vectors -= usize::from(col.vkey.is_some());
+        self.tiers[col.tier as usize] -= 1;
         self.timeline.remove(&(col.created_at, rid));
     }
 

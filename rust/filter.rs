@@ -58,7 +58,17 @@ impl<'a> Predicate<'a> {
     /// Compiles `spec` against the namespace `ns`.
     #[must_use]
     pub fn new(spec: &FilterSpec, ns: &'a Namespace) -> Self {
-        let tiers = spec.tiers.iter().fold(0u8, |m, t| m | (1 << (*t as u8)));
+        let mut tiers = spec.tiers.iter().fold(0u8, |m, t| m | (1 << (*t as u8)));
+        // tiers that every row of the namespace is in restrict nothing (a linked namespace's
+        // default tiers, semantic and procedural, over a namespace of long-term memories):
+        // the searches then plan as unfiltered
+        let in_tiers: usize = (0..4)
+            .filter(|t| tiers & (1 << t) != 0)
+            .map(|t| ns.tiers[t])
+            .sum();
+        if in_tiers == ns.ids.len() {
+            tiers = 0;
+        }
         let levels = spec.levels.iter().fold(0u8, |m, l| m | level_bit(*l));
         let reference = spec.as_of.unwrap_or(spec.now);
         let exclude_rids: HashSet<u64> = spec
@@ -633,14 +643,19 @@ mod tests {
             ..spec()
         };
         assert!(trivial("m", &absent));
+        // tiers holding every row of the namespace restrict nothing ("m" is all semantic)
+        let tiers = |ts: &[Tier]| FilterSpec {
+            tiers: ts.to_vec(),
+            ..lifted.clone()
+        };
+        assert!(trivial("m", &tiers(&[Tier::Semantic])));
+        assert!(trivial("n", &tiers(Tier::ALL)));
+        assert!(!trivial("m", &tiers(&[Tier::Episodic])));
+        assert!(!trivial("n", &tiers(&[Tier::Semantic, Tier::Procedural])));
         // every other field makes it non-trivial, even when all rows pass
         let others = [
             FilterSpec {
                 as_of: Some(NOW),
-                ..spec()
-            },
-            FilterSpec {
-                tiers: vec![Tier::Semantic],
                 ..spec()
             },
             FilterSpec {

@@ -513,6 +513,57 @@ fn push(heap: &mut BinaryHeap<Hit>, k: usize, score: f32, rid: u64) {
     }
 }
 
+/// One top-k heap per namespace searched together, and the pruning threshold they allow:
+/// tantivy offers only documents scoring above it, so it is the lowest k-th score of the
+/// heaps (just below, so that a tie with it still reaches the heap, which keeps the lower
+/// rid), or no threshold while any heap has room.
+struct Heaps {
+    each: Vec<BinaryHeap<Hit>>,
+    k: usize,
+    threshold: f32,
+}
+
+impl Heaps {
+    fn new(n: usize, k: usize) -> Self {
+        Self {
+            each: (0..n).map(|_| BinaryHeap::with_capacity(k + 1)).collect(),
+            k,
+            threshold: f32::MIN,
+        }
+    }
+
+    fn threshold(&self) -> f32 {
+        self.threshold
+    }
+
+    fn push(&mut self, group: usize, score: f32, rid: u64) {
+        push(&mut self.each[group], self.k, score, rid);
+        if self.each[group].len() >= self.k {
+            self.threshold = self
+                .each
+                .iter()
+                .map(|h| match h.peek() {
+                    Some(top) if h.len() >= self.k => top.0.next_down(),
+                    _ => f32::MIN,
+                })
+                .fold(f32::INFINITY, f32::min);
+        }
+    }
+
+    /// Each heap's hits, best first, ties by row id.
+    fn into_hits(self) -> Vec<Vec<(u64, f64)>> {
+        self.each
+            .into_iter()
+            .map(|heap| {
+                let mut hits: Vec<(u64, f64)> =
+                    heap.into_iter().map(|h| (h.1, f64::from(h.0))).collect();
+                hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                hits
+            })
+            .collect()
+    }
+}
+
 impl Shared {
     /// Hands the queued changes to the writer, in order.
     fn flush_pending(&self, w: &mut Writer) -> Result<()> {
@@ -950,28 +1001,15 @@ impl KeywordIndex {
         }
     }
 
-    /// BM25 top-`k` rows of `namespace` for `query` among the documents `accept(rid, version)`
-    /// keeps (it must check the namespace); best first, ties by row id.
-    ///
-    /// `dominant`: the namespace holds most of the index. Then the required namespace term is
-    /// left out: it would disable tantivy's block-max WAND pruning for the whole query, while
-    /// the few other tenants' documents it keeps out are dropped by `accept` anyway.
-    /// `tags`: tag hashes every hit must carry, given when they pass few rows (the
-    /// intersection is then cheaper than scoring every matching document); `accept` still
-    /// applies the whole filter. Required terms score 0, so scores never depend on them.
-    pub fn search(
+    /// The tantivy query of [`Self::search_many`]: the words OR-ed, and the required,
+    /// zero-scored tag and namespace terms.
+    fn query(
         &self,
-        namespace: &str,
-        query: &str,
-        k: usize,
+        terms: &[(String, Term)],
+        namespaces: &[&str],
         dominant: bool,
         tags: &[u64],
-        accept: &dyn Fn(u64, u64) -> bool,
-    ) -> Result<Vec<(u64, f64)>> {
-        let terms = self.terms(query);
-        if terms.is_empty() || k == 0 {
-            return Ok(Vec::new());
-        }
+    ) -> Box<dyn Query> {
         let f = self.shared.fields;
         let words: Box<dyn Query> = Box::new(BooleanQuery::new(
             terms
@@ -983,26 +1021,80 @@ impl KeywordIndex {
                 })
                 .collect(),
         ));
-        let required = |t: Term| -> (Occur, Box<dyn Query>) {
-            let q = TermQuery::new(t, IndexRecordOption::Basic);
-            (
-                Occur::Must,
-                Box::new(ConstScoreQuery::new(Box::new(q), 0.0)),
-            )
+        let required = |q: Box<dyn Query>| -> (Occur, Box<dyn Query>) {
+            (Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0)))
         };
+        let term =
+            |t: Term| -> Box<dyn Query> { Box::new(TermQuery::new(t, IndexRecordOption::Basic)) };
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = tags
             .iter()
-            .map(|h| required(Term::from_field_u64(f.tag, *h)))
+            .map(|h| required(term(Term::from_field_u64(f.tag, *h))))
             .collect();
         if !dominant {
-            clauses.push(required(Term::from_field_text(f.ns, namespace)));
+            let name = |ns: &&str| term(Term::from_field_text(f.ns, ns));
+            clauses.push(required(match namespaces {
+                [one] => name(one),
+                many => Box::new(BooleanQuery::new(
+                    many.iter().map(|ns| (Occur::Should, name(ns))).collect(),
+                )),
+            }));
         }
-        let query: Box<dyn Query> = if clauses.is_empty() {
+        if clauses.is_empty() {
             words
         } else {
             clauses.push((Occur::Must, words));
             Box::new(BooleanQuery::new(clauses))
-        };
+        }
+    }
+
+    /// BM25 top-`k` rows of `namespace` for `query` among the documents `accept(rid, version)`
+    /// keeps (it must check the namespace); best first, ties by row id. [`Self::search_many`]
+    /// of one namespace.
+    pub fn search(
+        &self,
+        namespace: &str,
+        query: &str,
+        k: usize,
+        dominant: bool,
+        tags: &[u64],
+        accept: &dyn Fn(u64, u64) -> bool,
+    ) -> Result<Vec<(u64, f64)>> {
+        let group = |rid: u64, ver: u64| accept(rid, ver).then_some(0);
+        Ok(self
+            .search_many(&[namespace], query, k, dominant, tags, &group)?
+            .remove(0))
+    }
+
+    /// BM25 top-`k` rows of each of `namespaces` for `query`, in one pass over the postings:
+    /// `accept(rid, version)` names the namespace (its index in `namespaces`) whose results a
+    /// document may join, or None to drop it (it must check the namespace). Per namespace, best
+    /// first, ties by row id: exactly what one search per namespace with the same `dominant`
+    /// returns (scores are corpus-wide, so they do not depend on the namespaces searched
+    /// together), for the query analysis, the weights and the posting walk paid once. (With
+    /// and without the namespace terms, tantivy sums a document's term scores in a different
+    /// order: its f32 score may differ in the last bit.)
+    ///
+    /// `dominant`: the namespaces hold most of the index. Then the required namespace terms
+    /// are left out: they would disable tantivy's block-max WAND pruning for the whole query,
+    /// while the few other tenants' documents they keep out are dropped by `accept` anyway.
+    /// `tags`: tag hashes every hit must carry, given when they pass few rows (the
+    /// intersection is then cheaper than scoring every matching document); `accept` still
+    /// applies the whole filter. Required terms score 0, so scores never depend on them.
+    pub fn search_many(
+        &self,
+        namespaces: &[&str],
+        query: &str,
+        k: usize,
+        dominant: bool,
+        tags: &[u64],
+        accept: &dyn Fn(u64, u64) -> Option<usize>,
+    ) -> Result<Vec<Vec<(u64, f64)>>> {
+        let terms = self.terms(query);
+        if terms.is_empty() || k == 0 || namespaces.is_empty() {
+            return Ok(vec![Vec::new(); namespaces.len()]);
+        }
+        let f = self.shared.fields;
+        let query = self.query(&terms, namespaces, dominant, tags);
         let delta = self.shared.delta.read();
         let searcher = self.shared.reader.searcher();
         let stats = Combined {
@@ -1010,7 +1102,7 @@ impl KeywordIndex {
             delta: &delta,
             text: f.text,
         };
-        let mut heap: BinaryHeap<Hit> = BinaryHeap::with_capacity(k + 1);
+        let mut heaps = Heaps::new(namespaces.len(), k);
 
         // the delta: scored here with tantivy's BM25 weights over the combined statistics
         let mut delta_scores: HashMap<u64, f32> = HashMap::new();
@@ -1022,15 +1114,15 @@ impl KeywordIndex {
                 .map_err(|e| kw_err("bm25", e))?;
             for (rid, tf) in posting {
                 let d = &delta.docs[rid];
-                if d.ns == namespace {
+                if namespaces.contains(&d.ns.as_str()) {
                     *delta_scores.entry(*rid).or_default() +=
                         weight.score(FieldNormReader::fieldnorm_to_id(d.tokens), *tf);
                 }
             }
         }
         for (rid, score) in delta_scores {
-            if accept(rid, delta.docs[&rid].version) {
-                push(&mut heap, k, score, rid);
+            if let Some(g) = accept(rid, delta.docs[&rid].version) {
+                heaps.push(g, score, rid);
             }
         }
 
@@ -1043,36 +1135,27 @@ impl KeywordIndex {
         for seg in searcher.segment_readers() {
             let (rids, vers) = self.shared.columns(seg)?;
             let alive = seg.alive_bitset();
-            // tantivy offers only documents scoring above the threshold: just below the k-th
-            // score, so that a tie with it still reaches the heap, which keeps the lower rid
-            let start = heap
-                .peek()
-                .filter(|_| heap.len() >= k)
-                .map_or(f32::MIN, |h| h.0.next_down());
-            let mut threshold = start;
+            let start = heaps.threshold();
             let mut cb = |doc: u32, score: f32| -> f32 {
                 if alive.is_some_and(|a| !a.is_alive(doc)) {
-                    return threshold;
+                    return heaps.threshold();
                 }
                 let (Some(rid), Some(ver)) = (rids.first(doc), vers.first(doc)) else {
-                    return threshold;
+                    return heaps.threshold();
                 };
-                if delta.docs.contains_key(&rid) || !accept(rid, ver) {
-                    return threshold;
+                if delta.docs.contains_key(&rid) {
+                    return heaps.threshold();
                 }
-                push(&mut heap, k, score, rid);
-                if heap.len() >= k {
-                    threshold = heap.peek().map_or(f32::MIN, |h| h.0.next_down());
+                if let Some(g) = accept(rid, ver) {
+                    heaps.push(g, score, rid);
                 }
-                threshold
+                heaps.threshold()
             };
             weight
                 .for_each_pruning(start, seg, &mut cb)
                 .map_err(|e| kw_err("search", e))?;
         }
-        let mut hits: Vec<(u64, f64)> = heap.into_iter().map(|h| (h.1, f64::from(h.0))).collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        Ok(hits)
+        Ok(heaps.into_hits())
     }
 
     /// Number of documents (committed, alive) plus uncommitted ones in the delta.
@@ -1586,6 +1669,43 @@ mod tests {
         assert_eq!(ids("c", false, &all), Vec::<u64>::new());
         // dominant: the namespace term is left out and accept checks the namespace
         assert_eq!(ids("a", true, &|rid, _| rid % 2 == 0), [2, 4, 6, 8]);
+    }
+
+    #[test]
+    fn a_search_of_several_namespaces_equals_one_search_of_each() {
+        let kw = quiet();
+        let t = texts(300);
+        let ns_of = |rid: u64| ["a", "b", "c"][usize::try_from(rid % 3).unwrap()];
+        for rid in 1..=240u64 {
+            let text = &t[usize::try_from(rid).unwrap()];
+            kw.put(rid, Some(doc(ns_of(rid), text, 1)), rid, true)
+                .unwrap();
+            if rid == 180 {
+                kw.commit().unwrap(); // the last 60 rows stay in the delta
+            }
+        }
+        let names = ["c", "a"];
+        // b's rows are never offered to a group; a's odd rows are filtered out
+        let keep = |rid: u64| ns_of(rid) != "a" || rid.is_multiple_of(2);
+        let group = |rid: u64, _: u64| {
+            let g = names.iter().position(|n| *n == ns_of(rid))?;
+            keep(rid).then_some(g)
+        };
+        for q in QUERIES {
+            for k in [1, 3, 10, 1000] {
+                for dominant in [false, true] {
+                    let many = kw.search_many(&names, q, k, dominant, &[], &group).unwrap();
+                    for (ns, got) in names.iter().zip(&many) {
+                        let alone = kw
+                            .search(ns, q, k, dominant, &[], &|rid, _| {
+                                ns_of(rid) == *ns && keep(rid)
+                            })
+                            .unwrap();
+                        assert_eq!(got, &alone, "{ns} {q:?} k={k} dominant={dominant}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

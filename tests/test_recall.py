@@ -355,6 +355,54 @@ def test_linked_follows_links_and_their_tiers_and_nothing_else(store: Store) -> 
     assert {r.memory.tier for r in rs if r.via == "org"} == set(Tier)
 
 
+def test_linked_recall_sees_every_link_write_at_once(store: Store) -> None:
+    store.upsert_many([mem(f"{ns}1", f"shared fact {ns}", ns=ns) for ns in ("home", "a", "b")])
+
+    def vias() -> set[str]:
+        return {r.via for r in store.recall("home", "shared fact", vec(1, 0), linked=True)}
+
+    assert vias() == {"home"}
+    store.put_link(NamespaceLink(src="home", dst="a"))
+    assert vias() == {"home", "a"}
+    store.put_link(NamespaceLink(src="home", dst="a", tiers=[Tier.WORKING]))
+    assert vias() == {"home"}  # the link's tiers changed: a's semantic row is out
+    store.put_link(NamespaceLink(src="home", dst="a"))
+    store.rename_link_endpoints("a", "b")
+    assert vias() == {"home", "b"}
+    assert store.delete_link("home", "b")
+    assert vias() == {"home"}
+    store.put_link(NamespaceLink(src="home", dst="b"))
+    assert vias() == {"home", "b"}
+    store.delete_namespace("b")
+    assert vias() == {"home"}
+
+
+def test_the_keyword_leg_over_namespaces_is_each_namespaces_keyword_search(store: Store) -> None:
+    words = ["apple", "river", "stone", "cloud", "agent", "memory", "garden", "window"]
+    rows = [
+        mem(
+            f"{ns}-{i}",
+            " ".join(words[(i * 7 + j * j) % len(words)] for j in range(3 + i % 5)),
+            ns=ns,
+            tier=Tier.EPISODIC if i % 4 == 0 else Tier.SEMANTIC,
+            embedding=None,
+        )
+        for ns in ("a", "b", "c")
+        for i in range(40)
+    ]
+    store.upsert_many(rows)
+    store.put_link(NamespaceLink(src="a", dst="c"))  # semantic and procedural rows of c
+    for query in ("apple", "river stone", "garden window agent"):
+        rs = store.recall(["a", "b"], query, k=120, rerank=None, dedup=False, linked=True)
+        for ns in ("a", "b", "c"):
+            f = Filter(tiers=[Tier.SEMANTIC, Tier.PROCEDURAL]) if ns == "c" else None
+            alone = store.keyword_search(ns, query, f, k=80)
+            got = {r.memory.id: r.keyword_score for r in rs if r.via == ns}
+            # equal up to f32 rounding: tantivy sums term scores in another order when the
+            # namespaces searched hold most rows (see KeywordIndex::search_many)
+            assert got == pytest.approx({h.memory.id: h.score for h in alone}, rel=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # reinforce
 

@@ -77,6 +77,8 @@ _DEFAULT_RRF_K = 5.0
 _MIN_POOL = 50
 _MAX_RECALL_NAMESPACES = 64
 _LINK_DEFAULT_TIERS = (Tier.SEMANTIC, Tier.PROCEDURAL)
+# namespace lists whose link lookups recall(linked=True) keeps (see Store._linked_sources)
+_LINKED_CACHE = 256
 
 # Stores opened in this process, closed in a forked child (the parent keeps its lock).
 _open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -279,6 +281,12 @@ class Store:
         self._dims = engine.dims
         self._forked = False
         self._closed = False
+        # what `recall(linked=True)` reads of the links, per namespace list (a SQLite query
+        # per namespace cost ~15 µs a link, GIL held); emptied by every link write, which
+        # only this Store makes (the directory lock keeps other processes out)
+        self._linked: dict[tuple[str, ...], builtins.list[tuple[str, builtins.list[str]]]] = {}
+        self._links_gen = 0
+        self._links_lock = threading.Lock()
         with _open_lock:
             _open_stores.add(self)
 
@@ -649,7 +657,10 @@ class Store:
         """
         self._check()
         ns = _text(namespace, "namespace")
-        self._meta.delete_links_of_namespace(ns)
+        try:
+            self._meta.delete_links_of_namespace(ns)
+        finally:
+            self._links_changed()
         tiers = self._engine.delete_namespace(ns)
         for _ in tiers:
             self._metrics.delete()
@@ -1028,9 +1039,14 @@ class Store:
 
     def _linked_sources(
         self, names: builtins.list[str]
-    ) -> builtins.list[tuple[str, builtins.list[str] | None]]:
+    ) -> builtins.list[tuple[str, builtins.list[str]]]:
         """The namespaces ``names`` link to (not among them), each with the union of its
         links' tiers (a link's None = semantic and procedural), in order of first link."""
+        key = tuple(names)
+        with self._links_lock:
+            cached, gen = self._linked.get(key), self._links_gen
+        if cached is not None:
+            return cached
         tiers: dict[str, set[Tier]] = {}
         for src in names:
             for link in self._meta.list_links(src):
@@ -1038,19 +1054,37 @@ class Store:
                     continue
                 allowed = _LINK_DEFAULT_TIERS if link.tiers is None else link.tiers
                 tiers.setdefault(link.dst, set()).update(Tier(t) for t in allowed)
-        return [(dst, sorted(t.value for t in ts)) for dst, ts in tiers.items()]
+        found = [(dst, sorted(t.value for t in ts)) for dst, ts in tiers.items()]
+        with self._links_lock:
+            if gen == self._links_gen:  # no link was written meanwhile
+                if len(self._linked) >= _LINKED_CACHE:
+                    self._linked.clear()
+                self._linked[key] = found
+        return found
+
+    def _links_changed(self) -> None:
+        """Forget the cached link lookups (after a link write, failed or not)."""
+        with self._links_lock:
+            self._links_gen += 1
+            self._linked.clear()
 
     # ------------------------------------------------------------------ links (SQLite)
 
     def put_link(self, link: NamespaceLink) -> None:
         """Upsert a namespace link on (src, dst), overwriting tiers, note and created_at."""
         self._check()
-        self._meta.put_link(link)
+        try:
+            self._meta.put_link(link)
+        finally:
+            self._links_changed()
 
     def delete_link(self, src: str, dst: str) -> bool:
         """Delete a link; return whether one existed."""
         self._check()
-        return self._meta.delete_link(src, dst)
+        try:
+            return self._meta.delete_link(src, dst)
+        finally:
+            self._links_changed()
 
     def list_links(self, src: str) -> builtins.list[NamespaceLink]:
         """Links from ``src``, by dst."""
@@ -1065,7 +1099,10 @@ class Store:
     def rename_link_endpoints(self, from_ns: str, to_ns: str) -> None:
         """Rewrite both ends of links from ``from_ns`` to ``to_ns`` (see API.md on collisions)."""
         self._check()
-        self._meta.rename_link_endpoints(from_ns, to_ns)
+        try:
+            self._meta.rename_link_endpoints(from_ns, to_ns)
+        finally:
+            self._links_changed()
 
     # ------------------------------------------------------------------ API keys (SQLite)
 

@@ -7,7 +7,7 @@
 //! from the row store.
 
 use super::reads::materialize;
-use super::search::{keyword_hits, vector_hits};
+use super::search::{keyword_hits_many, vector_hits};
 use super::tx::validate_vector;
 use super::{Engine, State};
 use crate::error::{Error, Result};
@@ -122,49 +122,41 @@ impl Engine {
     }
 }
 
-/// Both legs' hits in one source: (vector hits, keyword hits) of (rid, score, source).
-type Legs = (Vec<(u64, f64, usize)>, Vec<(u64, f64, usize)>);
-
-fn legs(st: &State, q: &RecallQuery<'_>, i: usize, use_keyword: bool) -> Result<Legs> {
-    let src = &q.sources[i];
-    let spec = restrict(q.spec, src.tiers.as_deref());
-    if src.tiers.is_some() && spec.tiers.is_empty() {
-        return Ok((Vec::new(), Vec::new())); // the source's tiers and the filter's differ
-    }
-    let mut v = Vec::new();
-    if let Some(query) = q.vector {
-        let hits = vector_hits(st, &src.namespace, &[query], &spec, q.pool)?;
-        v.extend(hits.into_iter().flatten().map(|(r, s)| (r, s, i)));
-    }
-    let mut k = Vec::new();
-    if use_keyword {
-        let hits = keyword_hits(st, &src.namespace, q.text, &spec, q.pool)?;
-        k.extend(hits.into_iter().map(|(r, s)| (r, s, i)));
-    }
-    Ok((v, k))
-}
-
 fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recalled>> {
-    let use_keyword = !q.text.trim().is_empty();
-    // each namespace once, in order, on the calling thread: fanning namespaces out to the
-    // worker pool measured slower on a loaded machine (each call waits for its slowest
-    // worker), and callers get parallelism from their own threads
+    // each namespace once, in order, with its filter (its tiers taken from the filter's);
+    // a source whose tiers the filter excludes contributes nothing
     let mut seen: Vec<&str> = Vec::new();
-    let mut todo = Vec::new();
+    let mut searched: Vec<(usize, FilterSpec)> = Vec::new();
     for (i, src) in q.sources.iter().enumerate() {
-        if !seen.contains(&src.namespace.as_str()) {
-            seen.push(&src.namespace);
-            todo.push(i);
+        if seen.contains(&src.namespace.as_str()) {
+            continue;
+        }
+        seen.push(&src.namespace);
+        let spec = restrict(q.spec, src.tiers.as_deref());
+        if src.tiers.is_none() || !spec.tiers.is_empty() {
+            searched.push((i, spec));
         }
     }
-    let found = todo
-        .iter()
-        .map(|i| legs(st, q, *i, use_keyword))
-        .collect::<Result<Vec<Legs>>>()?;
+    // the vector leg namespace by namespace (each has its own graph), on the calling thread:
+    // fanning namespaces out to the worker pool measured slower on a loaded machine (each
+    // call waits for its slowest worker), and callers get parallelism from their own threads
     let (mut vpool, mut kpool) = (Vec::new(), Vec::new());
-    for (v, k) in found {
-        vpool.extend(v);
-        kpool.extend(k);
+    if let Some(query) = q.vector {
+        for (i, spec) in &searched {
+            let hits = vector_hits(st, &q.sources[*i].namespace, &[query], spec, q.pool)?;
+            vpool.extend(hits.into_iter().flatten().map(|(r, s)| (r, s, *i)));
+        }
+    }
+    // the keyword leg of every namespace in one pass over the keyword index
+    if !q.text.trim().is_empty() {
+        let sources: Vec<(&str, &FilterSpec)> = searched
+            .iter()
+            .map(|(i, spec)| (q.sources[*i].namespace.as_str(), spec))
+            .collect();
+        let hits = keyword_hits_many(st, &sources, q.text, q.pool)?;
+        for ((i, _), h) in searched.iter().zip(hits) {
+            kpool.extend(h.into_iter().map(|(r, s)| (r, s, *i)));
+        }
     }
     let info = Rows { st, snap };
     let rule = Rule {

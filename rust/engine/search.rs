@@ -127,28 +127,71 @@ pub(super) fn keyword_hits(
     spec: &FilterSpec,
     k: usize,
 ) -> Result<Vec<(u64, f64)>> {
+    Ok(keyword_hits_many(st, &[(ns, spec)], query, k)?.remove(0))
+}
+
+/// The keyword leg of several namespaces, each under its own filter, in one pass over the
+/// keyword index (see `KeywordIndex::search_many`): per `(namespace, filter)`, the BM25 best
+/// `k` (row id, score) passing it, as `keyword_hits` of each alone would return.
+pub(super) fn keyword_hits_many(
+    st: &State,
+    sources: &[(&str, &FilterSpec)],
+    query: &str,
+    k: usize,
+) -> Result<Vec<Vec<(u64, f64)>>> {
     let keyword = st.keyword()?;
-    let Some(n) = st.cols.namespaces.get(ns) else {
-        return Ok(Vec::new());
-    };
-    let pred = Predicate::new(spec, n);
-    let k = k.min(n.ids.len()); // never allocate for more hits than rows
+    // the namespaces that exist, searched together; the others find nothing
+    let mut slots = Vec::with_capacity(sources.len());
+    let (mut names, mut preds): (Vec<&str>, Vec<Predicate<'_>>) = (Vec::new(), Vec::new());
+    for (ns, spec) in sources {
+        slots.push(st.cols.namespaces.get(*ns).map(|n| {
+            names.push(ns);
+            preds.push(Predicate::new(spec, n));
+            names.len() - 1
+        }));
+    }
+    let sizes: Vec<usize> = names
+        .iter()
+        .map(|ns| st.cols.namespaces[*ns].ids.len())
+        .collect();
+    let rows: usize = sizes.iter().sum();
+    let k = k.min(sizes.iter().copied().max().unwrap_or(0)); // never allocate for more hits than rows
 
     // a namespace holding every row needs no per-document namespace check
-    let sole = n.ids.len() == st.cols.rows.len();
-    let accept = |rid: u64, ver: u64| {
-        st.cols.rows.get(&rid).is_some_and(|c| {
-            c.version == ver && (sole || c.namespace == ns) && pred.matches(rid, c)
-        })
+    let sole = names.len() == 1 && rows == st.cols.rows.len();
+    let accept = |rid: u64, ver: u64| -> Option<usize> {
+        let c = st.cols.rows.get(&rid).filter(|c| c.version == ver)?;
+        let g = if sole {
+            0
+        } else {
+            names.iter().position(|ns| *ns == c.namespace)?
+        };
+        preds[g].matches(rid, c).then_some(g)
     };
-    let dominant = 2 * n.ids.len() >= st.cols.rows.len();
-    // tags passing under a tenth of the namespace: let tantivy intersect their postings
-    let tags = if pred.tags().is_empty() || 10 * pred.candidate_count() >= n.ids.len() {
-        &[][..]
-    } else {
-        pred.tags()
+    let dominant = 2 * rows >= st.cols.rows.len();
+    // tags passing under a tenth of the namespaces: let tantivy intersect their postings
+    let candidates: usize = preds.iter().map(Predicate::candidate_count).sum();
+    let tags = match preds.first() {
+        Some(p)
+            if !p.tags().is_empty()
+                && 10 * candidates < rows
+                && preds.iter().all(|q| q.tags() == p.tags()) =>
+        {
+            p.tags()
+        }
+        _ => &[][..],
     };
-    keyword.search(ns, query, k, dominant, tags, &accept)
+    let mut found = keyword
+        .search_many(&names, query, k, dominant, tags, &accept)?
+        .into_iter();
+    let mut hits: Vec<Vec<(u64, f64)>> = Vec::with_capacity(sources.len());
+    for slot in slots {
+        hits.push(match slot {
+            Some(_) => found.next().unwrap_or_default(),
+            None => Vec::new(),
+        });
+    }
+    Ok(hits)
 }
 
 /// Estimated share of the namespace's rows passing `pred`: from the posting list when the

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use numpy::{PyReadonlyArray1, PyReadonlyArray2};
+use numpy::{PyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -430,11 +430,11 @@ impl PyEngine {
         &self,
         py: Python<'py>,
         namespace: String,
-        vector: PyReadonlyArray1<'py, f32>,
+        vector: Bound<'py, PyArray1<f32>>,
         filter: Bound<'py, PyDict>,
         k: i64,
     ) -> PyResult<Bound<'py, PyList>> {
-        let q = convert::vector(Some(vector)).unwrap_or_default();
+        let q = convert::vector(Some(&vector))?.unwrap_or_default();
         let spec = convert::filter(&filter)?;
         let k = usize::try_from(k).unwrap_or(0);
         let hits = run(py, || self.engine.vector_search(&namespace, &q, &spec, k))?;
@@ -494,7 +494,7 @@ impl PyEngine {
         py: Python<'py>,
         sources: Vec<(String, Option<Vec<String>>)>,
         query: String,
-        vector: Option<PyReadonlyArray1<'py, f32>>,
+        vector: Option<Bound<'py, PyArray1<f32>>>,
         filter: Bound<'py, PyDict>,
         k: i64,
         pool: i64,
@@ -526,7 +526,7 @@ impl PyEngine {
                 ))
             }
         };
-        let v = convert::vector(vector);
+        let v = convert::vector(vector.as_ref())?;
         let spec = convert::filter(&filter)?;
         let size = |n: i64| usize::try_from(n).unwrap_or(0);
         let q = RecallQuery {
