@@ -177,6 +177,27 @@ def test_two_stores_open_at_once_see_each_other(pg_url: str) -> None:
         assert b.vector_search("n", [1, 0, 0, 0])[0].score == pytest.approx(1.0)
 
 
+def test_linked_recall_sees_links_another_store_writes(pg_url: str) -> None:
+    with Store.open(pg_url, dims=4, metric="cos") as a, Store.open(pg_url) as b:
+        a.upsert_many(
+            [
+                Memory(
+                    id=f"{ns}1", namespace=ns, content=f"shared fact {ns}", embedding=[1, 0, 0, 0]
+                )
+                for ns in ("home", "team")
+            ]
+        )
+
+        def vias() -> set[str]:
+            return {r.via for r in a.recall("home", "shared fact", [1, 0, 0, 0], linked=True)}
+
+        assert vias() == {"home"}
+        b.put_link(NamespaceLink("home", "team"))
+        assert vias() == {"home", "team"}
+        assert b.delete_link("home", "team")
+        assert vias() == {"home"}
+
+
 def test_open_checks_dims_and_metric(pg_url: str) -> None:
     with pytest.raises(InvalidArgumentError, match="dims is required"):
         Store.open(pg_url)

@@ -202,6 +202,10 @@ class MetaDB:
     semantics). Obtain one with `MetaDB.open`.
     """
 
+    shared = False
+    """Whether other processes write this database at once. A store directory's database
+    has one writer (the directory lock), so its `Store` may cache what it reads."""
+
     def __init__(self, conn: sqlite3.Connection, path: str | None, created: bool = False) -> None:
         """Wrap an opened, migrated connection (use `MetaDB.open`)."""
         self._conn: sqlite3.Connection | None = conn

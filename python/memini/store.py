@@ -283,7 +283,8 @@ class Store:
         self._closed = False
         # what `recall(linked=True)` reads of the links, per namespace list (a SQLite query
         # per namespace cost ~15 µs a link, GIL held); emptied by every link write, which
-        # only this Store makes (the directory lock keeps other processes out)
+        # only this Store makes (the directory lock keeps other processes out); not kept
+        # when the meta database is shared with other processes (PostgreSQL)
         self._linked: dict[tuple[str, ...], builtins.list[tuple[str, builtins.list[str]]]] = {}
         self._links_gen = 0
         self._links_lock = threading.Lock()
@@ -1055,6 +1056,8 @@ class Store:
                 allowed = _LINK_DEFAULT_TIERS if link.tiers is None else link.tiers
                 tiers.setdefault(link.dst, set()).update(Tier(t) for t in allowed)
         found = [(dst, sorted(t.value for t in ts)) for dst, ts in tiers.items()]
+        if self._meta.shared:  # another process may write a link at any time
+            return found
         with self._links_lock:
             if gen == self._links_gen:  # no link was written meanwhile
                 if len(self._linked) >= _LINKED_CACHE:

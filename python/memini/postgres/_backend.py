@@ -846,6 +846,7 @@ class PgMeta:
 
     created = False
     path = None
+    shared = True  # any number of processes and servers write the same database
 
     def __init__(self, pool: _Pool) -> None:
         self._p = pool
