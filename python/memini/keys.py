@@ -90,6 +90,14 @@ def _to_key(row: tuple[Any, ...]) -> APIKey:
     )
 
 
+def hash_in_use(name: str, other: str) -> ConflictError:
+    """The error of key ``name`` whose hash key ``other`` already has (both backends)."""
+    return ConflictError(
+        f"API key {name!r}: its hash is already used by key {other!r} "
+        "(generate a new secret, or delete or update that key first)"
+    )
+
+
 def put_api_key(conn: sqlite3.Connection, row: KeyRow) -> None:
     """Insert the key, or replace the one with the same name (keeping its created_at if unset).
 
@@ -105,10 +113,7 @@ def put_api_key(conn: sqlite3.Connection, row: KeyRow) -> None:
         "SELECT name FROM api_keys WHERE hash = ? AND name <> ?", (hash_, name)
     ).fetchone()
     if other is not None:
-        raise ConflictError(
-            f"API key {name!r}: its hash is already used by key {other[0]!r} "
-            "(generate a new secret, or delete or update that key first)"
-        )
+        raise hash_in_use(name, other[0])
     conn.execute(
         f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (name) DO UPDATE SET hash = excluded.hash, home_ns = excluded.home_ns, "

@@ -20,7 +20,6 @@ from memini import events as ev
 from memini import keys as ky
 from memini import links as lk
 from memini._values import now_micros
-from memini.errors import ConflictError
 from memini.types import APIKey, Event, NamespaceLink
 
 __all__ = [
@@ -107,10 +106,7 @@ def put_api_key(conn: Conn, key: APIKey) -> None:
         "SELECT name FROM api_keys WHERE hash = %s AND name <> %s", (hash_, name)
     ).fetchone()
     if other is not None:
-        raise ConflictError(
-            f"API key {name!r}: its hash is already used by key {other[0]!r} "
-            "(generate a new secret, or delete or update that key first)"
-        )
+        raise ky.hash_in_use(name, other[0])
     conn.execute(
         f"INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (name) DO UPDATE SET hash = excluded.hash, home_ns = excluded.home_ns, "
