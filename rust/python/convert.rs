@@ -8,7 +8,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDateTime, PyDict, PyList, PyString, PyTzInfo};
 
 use super::errors::raise;
-use crate::engine::Recalled;
+use crate::engine::{Fusion, Recalled};
 use crate::types::{
     FilterSpec, Level, Memory, MemoryPatch, Micros, NewMemory, Scored, SortKey, Tier, Unstamped,
 };
@@ -31,6 +31,18 @@ fn field<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> P
 
 fn req<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
     field(d, key)?.ok_or_else(|| invalid(d.py(), format!("field {key:?} is required")))
+}
+
+/// Recall's fusion rule from its name and parameter (`"convex"` alpha, `"rrf"` k).
+pub fn fusion(py: Python<'_>, name: &str, param: f64) -> PyResult<Fusion> {
+    match name {
+        "convex" => Ok(Fusion::Convex { alpha: param }),
+        "rrf" => Ok(Fusion::Rrf { k: param }),
+        other => Err(invalid(
+            py,
+            format!("unknown fusion {other:?} (use \"convex\" or \"rrf\")"),
+        )),
+    }
 }
 
 pub fn tier(py: Python<'_>, s: &str) -> PyResult<Tier> {

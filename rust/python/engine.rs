@@ -8,7 +8,7 @@ use pyo3::types::{PyDict, PyList};
 
 use super::convert;
 use super::errors::{raise, run};
-use crate::engine::{Engine, FaultPoint, Fusion, Options, RecallQuery, Source};
+use crate::engine::{Engine, FaultPoint, Options, RecallQuery, Source};
 use crate::types::{Metric, Micros, Tier};
 
 /// The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL.
@@ -513,19 +513,7 @@ impl PyEngine {
                 Ok(Source { namespace, tiers })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let fusion = match fusion {
-            "convex" => Fusion::Convex {
-                alpha: fusion_param,
-            },
-            "rrf" => Fusion::Rrf { k: fusion_param },
-            other => {
-                return Err(raise(
-                    py,
-                    "InvalidArgumentError",
-                    format!("unknown fusion {other:?} (use \"convex\" or \"rrf\")"),
-                ))
-            }
-        };
+        let fusion = convert::fusion(py, fusion, fusion_param)?;
         let v = convert::vector(vector.as_ref())?;
         let spec = convert::filter(&filter)?;
         let size = |n: i64| usize::try_from(n).unwrap_or(0);

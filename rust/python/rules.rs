@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 use super::convert;
 use super::errors::{raise, run};
-use crate::fusion::{fuse as fuse_rule, Candidates, Fusion, Rule};
+use crate::fusion::{fuse as fuse_rule, Candidates, Rule};
 use crate::rank::Standing;
 use crate::types::{Metric, Micros};
 use crate::vector::Scorer;
@@ -100,19 +100,7 @@ pub fn fuse(
             format!("fuse: a candidate index is out of range (there are {n} candidates)"),
         ));
     }
-    let fusion = match fusion {
-        "convex" => Fusion::Convex {
-            alpha: fusion_param,
-        },
-        "rrf" => Fusion::Rrf { k: fusion_param },
-        other => {
-            return Err(raise(
-                py,
-                "InvalidArgumentError",
-                format!("unknown fusion {other:?} (use \"convex\" or \"rrf\")"),
-            ))
-        }
-    };
+    let fusion = convert::fusion(py, fusion, fusion_param)?;
     let mut info = Listed {
         ids: Vec::with_capacity(n),
         standings: Vec::with_capacity(n),
