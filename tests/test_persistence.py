@@ -558,8 +558,8 @@ def test_damaged_indexes_are_rebuilt_from_rows(
         pytest.param("keyword/*.fieldnorm", "garbage", id="keyword-fieldnorm-garbage"),
         pytest.param("keyword/meta.json", "garbage", id="keyword-meta-garbage"),
         pytest.param("vectors/manifest.json", "garbage", id="vector-manifest-garbage"),
-        pytest.param("vectors/*.usearch", "halved", id="vector-graph-halved"),
-        pytest.param("vectors/*.usearch", "deleted", id="vector-graph-deleted"),
+        pytest.param("vectors/*.graph", "halved", id="vector-graph-halved"),
+        pytest.param("vectors/*.graph", "deleted", id="vector-graph-deleted"),
     ],
 )
 def test_one_damaged_index_file_is_healed_on_open(
@@ -608,6 +608,55 @@ def test_a_healthy_store_reopens_without_rebuilding(
         assert s.count("ns") == 3000 - len(range(0, 3000, 7))
     rebuilt = [r.getMessage() for r in caplog.records if "build" in r.getMessage()]
     assert rebuilt == []
+
+
+_CHANGE_AND_DIE = """
+import os, sys
+import numpy as np
+from memini import Memory, Store
+vectors = np.load(sys.argv[2])
+s = Store.open(sys.argv[1])
+for i in range(0, 3000, 5):
+    s.delete("ns", f"r{i}")
+for i in range(1, 3000, 5):
+    s.upsert(Memory(id=f"r{i}", namespace="ns", content="moved", embedding=-vectors[i]))
+os._exit(0)  # no close: no checkpoint covers these changes
+"""
+
+
+def test_vectors_changed_after_the_last_checkpoint_survive_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint holds the graph without the vectors the rows hold (they are put back on
+    open); the vectors of rows deleted or re-embedded after it are gone from the rows, and the
+    store still opens without a rebuild and finds exactly the rows as they are."""
+    path, n = tmp_path / "store", 3000  # enough vectors for a graph partition
+    vectors = np.random.default_rng(11).standard_normal((n, 4)).astype(np.float32)
+    np.save(tmp_path / "v.npy", vectors)
+    with Store.open(path, dims=4) as s:
+        s.upsert_many(
+            Memory(id=f"r{i}", namespace="ns", content=f"w{i}", embedding=vectors[i])
+            for i in range(n)
+        )
+    code = [sys.executable, "-c", _CHANGE_AND_DIE, str(path), str(tmp_path / "v.npy")]
+    subprocess.run(code, check=True, timeout=300)
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="memini")
+    with Store.open(path) as s:
+        assert [r.getMessage() for r in caplog.records if "build" in r.getMessage()] == []
+        assert s.count("ns") == n - n // 5
+        for i in range(n):
+            hits = s.vector_search("ns", vectors[i], k=1)
+            if i % 5 == 0:
+                assert hits[0].memory.id != f"r{i}"
+            elif i % 5 == 1:
+                assert s.vector_search("ns", -vectors[i], k=1)[0].memory.id == f"r{i}"
+            else:
+                assert hits[0].memory.id == f"r{i}", i
+        found = s.vector_search("ns", vectors[7], k=n)
+        assert sorted(h.memory.id for h in found) == sorted(
+            f"r{i}" for i in range(n) if i % 5 != 0
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,17 @@ pub(super) fn open_vectors(
     seq: u64,
 ) -> Result<(VectorIndex, u64)> {
     let mut vi = VectorIndex::new(dims, metric, tuning);
-    let loaded = dir.and_then(|d| vi.load(&d.join("vectors")));
+    // a checkpoint holds the graphs without the vectors the rows hold
+    let rows = |keys: &[u64]| -> Result<Vec<Option<Vec<f32>>>> {
+        let rids: Vec<Option<u64>> = keys.iter().map(|k| cols.by_vkey.get(k).copied()).collect();
+        let found: Vec<u64> = rids.iter().flatten().copied().collect();
+        let mut vectors = snap.vectors(&found)?.into_iter();
+        Ok(rids
+            .iter()
+            .map(|rid| rid.and_then(|_| vectors.next().flatten()))
+            .collect())
+    };
+    let loaded = dir.and_then(|d| vi.load(&d.join("vectors"), &rows));
     let loaded_graphs = vi.namespaces();
     if let Some(from) = loaded {
         let changes = snap.changes_after(from)?;

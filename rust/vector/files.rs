@@ -1,25 +1,38 @@
-//! The vector index on disk: one usearch file per graph partition, written to a temp file,
-//! checksummed, fsync'd and renamed, and a manifest naming the changelog sequence they
-//! reflect. Flat partitions are not written: they reload from the rows.
+//! The vector index on disk: one file per graph partition (usearch's graph without the
+//! vectors the rows hold, see `layout`), written in synced steps to a temp file, checksummed
+//! and renamed, and a manifest naming the changelog sequence they reflect. Flat partitions are
+//! not written: they reload from the rows.
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::graph::{Graph, Slots};
+use super::layout;
 use super::part::{GraphPart, Partition};
-use super::VectorIndex;
+use super::{RowVectors, VectorIndex};
 use crate::error::{Error, Result};
+
+/// The checkpoint format written: 2, graphs without their live vectors (`.graph` files, see
+/// `layout`). Format 1 (a manifest without `format`) holds usearch's own files (`.usearch`,
+/// vectors included); it is still read.
+const FORMAT: u32 = 2;
 
 /// What a checkpoint wrote, beside the graph files.
 #[derive(Serialize, Deserialize)]
 struct Manifest {
+    #[serde(default = "format_1")]
+    format: u32,
     seq: u64,
     dims: usize,
     graphs: Vec<GraphFile>,
+}
+
+fn format_1() -> u32 {
+    1
 }
 
 #[derive(Serialize, Deserialize)]
@@ -31,6 +44,16 @@ struct GraphFile {
     /// unreachable nodes, so it is rebuilt rather than loaded.
     removed: usize,
 }
+
+/// Endings of the files a checkpoint writes (and of format 1's), temp files included.
+const GRAPH_FILES: [&str; 6] = [
+    ".graph",
+    ".graph.saved",
+    ".graph.tmp",
+    ".usearch",
+    ".usearch.saved",
+    ".usearch.tmp",
+];
 
 /// Graphs to write: each namespace's graph, as of the sequence the checkpoint records, with
 /// the index's thread slots (it is written outside the index's lock).
@@ -59,39 +82,83 @@ fn file_crc32(path: &Path) -> std::io::Result<u32> {
 /// 256 KiB, 4-8 ms with nothing else writing; the big file took 0.8-2.2 s either way.
 const SYNC_STEP: usize = 256 << 10;
 
-/// Copies `src` into a new file `dst`, syncing every [`SYNC_STEP`] bytes, then removes `src`;
-/// returns the CRC-32 of the bytes written.
+/// A new file written in [`SYNC_STEP`] steps, each synced before the next, with the CRC-32 of
+/// its bytes.
 ///
-/// usearch saves a graph with one stream of buffered writes, so a saved file is all dirty
-/// pages at once, and one fsync of it (~150 MB at 100k 384-d rows) keeps the disk busy long
-/// enough that a writer's commit fsync waits behind it (measured: the worst write across a
-/// checkpoint was 170x the median). Written this way, at most one step of the file is ever
-/// in flight. The unsynced source is removed before the kernel writes it back (its dirty
-/// pages are dropped with it), so the disk sees the graph once.
-fn copy_synced(src: &Path, dst: &Path) -> std::io::Result<u32> {
-    let mut from = fs::File::open(src)?;
-    let mut to = fs::File::create(dst)?;
-    let mut hasher = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; SYNC_STEP];
-    loop {
-        let mut filled = 0;
-        while filled < buf.len() {
-            match from.read(&mut buf[filled..])? {
-                0 => break,
-                n => filled += n,
-            }
-        }
-        if filled == 0 {
-            break;
-        }
-        hasher.update(&buf[..filled]);
-        to.write_all(&buf[..filled])?;
-        to.sync_data()?;
+/// One fsync of a whole graph file keeps the disk busy long enough that a writer's commit
+/// fsync waits behind it (measured: the worst write across a checkpoint was 170x the median
+/// with ~150 MB graph files). Written this way, at most one step is ever in flight.
+struct Synced {
+    file: fs::File,
+    buf: Vec<u8>,
+    crc: crc32fast::Hasher,
+}
+
+impl Synced {
+    fn create(path: &Path) -> io::Result<Self> {
+        Ok(Self {
+            file: fs::File::create(path)?,
+            buf: Vec::with_capacity(SYNC_STEP),
+            crc: crc32fast::Hasher::new(),
+        })
     }
-    to.sync_all()?;
-    drop(from);
-    fs::remove_file(src)?;
-    Ok(hasher.finalize())
+
+    fn step(&mut self) -> io::Result<()> {
+        self.crc.update(&self.buf);
+        self.file.write_all(&self.buf)?;
+        self.file.sync_data()?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes and syncs the rest; returns the CRC-32 of the file.
+    fn finish(mut self) -> io::Result<u32> {
+        self.step()?;
+        self.file.sync_all()?;
+        Ok(self.crc.finalize())
+    }
+}
+
+impl Write for Synced {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(SYNC_STEP - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == SYNC_STEP {
+            self.step()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes `g` into the new file `file` in `dir`; returns its CRC-32.
+///
+/// usearch saves the whole index (vectors included) with one stream of buffered writes, into
+/// a file that is removed as soon as its graph is copied out, before the kernel writes it back
+/// (its dirty pages are dropped with it), so the disk sees only the stripped graph.
+fn write_graph(g: &Graph, slots: &Slots, dir: &Path, file: &str) -> Result<u32> {
+    let saved = dir.join(format!("{file}.saved"));
+    let tmp = dir.join(format!("{file}.tmp"));
+    let written = (|| -> Result<u32> {
+        let saved_str = saved
+            .to_str()
+            .ok_or_else(|| Error::invalid("store path is not UTF-8"))?;
+        g.save(saved_str, &slots.acquire())?;
+        let mut out = Synced::create(&tmp)?;
+        layout::strip(&saved, &mut out)?;
+        let crc32 = out.finish()?;
+        fs::remove_file(&saved)?;
+        fs::rename(&tmp, dir.join(file))?;
+        Ok(crc32)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&saved);
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }
 
 impl Snapshot {
@@ -101,15 +168,8 @@ impl Snapshot {
         fs::create_dir_all(dir)?;
         let mut graphs = Vec::new();
         for (i, (ns, g)) in self.graphs.iter().enumerate() {
-            let file = format!("g{seq}-{i}.usearch");
-            let saved = dir.join(format!("{file}.saved"));
-            let saved_str = saved
-                .to_str()
-                .ok_or_else(|| Error::invalid("store path is not UTF-8"))?;
-            g.save(saved_str, &self.slots.acquire())?;
-            let tmp = dir.join(format!("{file}.tmp"));
-            let crc32 = copy_synced(&saved, &tmp)?;
-            fs::rename(&tmp, dir.join(&file))?;
+            let file = format!("g{seq}-{i}.graph");
+            let crc32 = write_graph(g, &self.slots, dir, &file)?;
             graphs.push(GraphFile {
                 namespace: ns.clone(),
                 file,
@@ -118,6 +178,7 @@ impl Snapshot {
             });
         }
         let manifest = Manifest {
+            format: FORMAT,
             seq,
             dims: self.dims,
             graphs,
@@ -131,9 +192,7 @@ impl Snapshot {
         // checkpoint left (`.saved`, `.tmp`)
         for entry in fs::read_dir(dir)? {
             let name = entry?.file_name().to_string_lossy().into_owned();
-            let graph_file = [".usearch", ".usearch.saved", ".usearch.tmp"]
-                .iter()
-                .any(|end| name.ends_with(end));
+            let graph_file = GRAPH_FILES.iter().any(|end| name.ends_with(end));
             if graph_file && !manifest.graphs.iter().any(|g| g.file == name) {
                 let _ = fs::remove_file(dir.join(name));
             }
@@ -173,9 +232,10 @@ impl VectorIndex {
         self.snapshot()?.write(dir, seq)
     }
 
-    /// Loads the graphs of the last checkpoint in `dir`; returns the sequence they reflect, or
-    /// None when there is no usable checkpoint (missing, other dims, or a corrupt file).
-    pub fn load(&mut self, dir: &Path) -> Option<u64> {
+    /// Loads the graphs of the last checkpoint in `dir`, with their vectors from `rows`;
+    /// returns the sequence they reflect, or None when there is no usable checkpoint (missing,
+    /// other dims, an unknown format, or a corrupt file).
+    pub fn load(&mut self, dir: &Path, rows: RowVectors<'_>) -> Option<u64> {
         let bytes = fs::read(dir.join("manifest.json")).ok()?;
         let manifest: Manifest = match serde_json::from_slice(&bytes) {
             Ok(m) => m,
@@ -184,28 +244,18 @@ impl VectorIndex {
                 return None;
             }
         };
+        if manifest.format > FORMAT {
+            log::warn!(
+                "vector index checkpoint has format {} (a newer memini's); rebuilding from rows",
+                manifest.format
+            );
+            return None;
+        }
         if manifest.dims != self.dims {
             return None;
         }
         for gf in &manifest.graphs {
-            let path = dir.join(&gf.file);
-            let ok = file_crc32(&path).is_ok_and(|crc| crc == gf.crc32);
-            if !ok {
-                log::warn!(
-                    "vector graph {} is missing or corrupt; rebuilding from rows",
-                    gf.file
-                );
-                self.parts.clear();
-                return None;
-            }
-            let loaded = self.new_graph(0).and_then(|mut g| {
-                let path = path
-                    .to_str()
-                    .ok_or_else(|| Error::invalid("path is not UTF-8"))?;
-                g.load(path, gf.removed, &self.slots.acquire())?;
-                Ok(g)
-            });
-            match loaded {
+            match self.load_graph(&dir.join(&gf.file), gf, manifest.format, rows) {
                 Ok(g) => self.parts.insert(
                     gf.namespace.clone(),
                     Partition::Graph(GraphPart::new(g, self.dims)),
@@ -218,5 +268,198 @@ impl VectorIndex {
             };
         }
         Some(manifest.seq)
+    }
+
+    fn load_graph(
+        &self,
+        path: &Path,
+        gf: &GraphFile,
+        format: u32,
+        rows: RowVectors<'_>,
+    ) -> Result<Graph> {
+        let corrupt = || Error::Corruption("the file is missing or corrupt".into());
+        let mut g = self.new_graph(0)?;
+        if format == 1 {
+            if !file_crc32(path).is_ok_and(|crc| crc == gf.crc32) {
+                return Err(corrupt());
+            }
+            let path = path
+                .to_str()
+                .ok_or_else(|| Error::invalid("path is not UTF-8"))?;
+            g.load(path, gf.removed, &self.slots.acquire())?;
+        } else {
+            let stripped = fs::read(path).map_err(|_| corrupt())?;
+            if crc32fast::hash(&stripped) != gf.crc32 {
+                return Err(corrupt());
+            }
+            let full = layout::splice(&stripped, self.dims, rows)?;
+            drop(stripped);
+            g.load_buffer(&full, gf.removed, &self.slots.acquire())?;
+        }
+        Ok(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::cast_precision_loss,
+        clippy::unwrap_used,
+        reason = "tests: small integers made into floats"
+    )]
+
+    use super::*;
+    use crate::types::Metric;
+    use crate::vector::{Plan, Tuning, GRAVE};
+
+    const DIMS: usize = 6;
+
+    fn v(i: u64) -> Vec<f32> {
+        (0..DIMS)
+            .map(|d| ((i * 5 + d as u64) as f32 * 0.29).cos())
+            .collect()
+    }
+
+    fn rows(keys: &[u64]) -> Result<Vec<Option<Vec<f32>>>> {
+        Ok(keys.iter().map(|k| Some(v(*k))).collect())
+    }
+
+    fn empty() -> VectorIndex {
+        let tuning = Tuning {
+            graph_min: 64,
+            ..Tuning::default()
+        };
+        VectorIndex::new(DIMS, Metric::Cos, tuning)
+    }
+
+    /// 400 vectors in namespace "n", every 9th removed (graves).
+    fn index() -> VectorIndex {
+        let mut vi = empty();
+        vi.add("n", (0..400).map(|i| (i, v(i))).collect()).unwrap();
+        for i in (0..400).step_by(9) {
+            vi.remove("n", i).unwrap();
+        }
+        vi
+    }
+
+    fn keys(vi: &VectorIndex) -> Vec<u64> {
+        (0..400).filter(|k| vi.contains("n", *k)).collect()
+    }
+
+    fn hits(vi: &VectorIndex, q: u64) -> Vec<(u64, f64)> {
+        let keys = keys(vi);
+        let all_keys = move || keys.clone();
+        let plan = Plan::All {
+            all_keys: &all_keys,
+        };
+        vi.search("n", &v(q), 10, &plan).unwrap()
+    }
+
+    /// Loads the checkpoint in `dir` as an open does (the graph, then its derived parts).
+    fn load(dir: &Path, rows: RowVectors<'_>) -> (VectorIndex, Option<u64>) {
+        let mut vi = empty();
+        let seq = vi.load(dir, rows);
+        let keys = keys(&vi);
+        vi.index_loaded("n", &keys);
+        (vi, seq)
+    }
+
+    fn same_graph(a: &VectorIndex, b: &VectorIndex) {
+        assert_eq!(a.len("n"), b.len("n"));
+        let p = b.slots.acquire();
+        match (a.parts.get("n"), b.parts.get("n")) {
+            (Some(Partition::Graph(x)), Some(Partition::Graph(y))) => {
+                assert_eq!(x.graph.size(), y.graph.size());
+                assert_eq!(x.graph.removed(), y.graph.removed());
+                for k in 0..400 {
+                    let (mut bx, mut by) = (vec![0f32; DIMS], vec![0f32; DIMS]);
+                    assert_eq!(x.graph.get(k, &mut bx, &p), y.graph.get(k, &mut by, &p));
+                    assert_eq!(bx, by);
+                    let grave = GRAVE | k;
+                    assert_eq!(
+                        x.graph.get(grave, &mut bx, &p),
+                        y.graph.get(grave, &mut by, &p)
+                    );
+                    assert_eq!(bx, by);
+                }
+            }
+            _ => panic!("not graphs"),
+        }
+        drop(p);
+        for q in [3, 50, 399] {
+            assert_eq!(hits(a, q), hits(b, q));
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_holds_the_graph_without_the_rows_vectors_and_loads_with_them() {
+        let vi = index();
+        let dir = tempfile::tempdir().unwrap();
+        vi.checkpoint(dir.path(), 7).unwrap();
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        let graph = dir.path().join("g7-0.graph");
+        assert!(fs::read(&graph).unwrap().starts_with(b"memgrph2"));
+        let (loaded, seq) = load(dir.path(), &rows);
+        assert_eq!(seq, Some(7));
+        same_graph(&vi, &loaded);
+        // a second checkpoint replaces the first one's files
+        loaded.checkpoint(dir.path(), 9).unwrap();
+        assert!(!graph.exists() && dir.path().join("g9-0.graph").exists());
+    }
+
+    #[test]
+    fn a_damaged_or_unknown_checkpoint_is_not_loaded() {
+        let vi = index();
+        let dir = tempfile::tempdir().unwrap();
+        vi.checkpoint(dir.path(), 7).unwrap();
+        let graph = dir.path().join("g7-0.graph");
+        let bytes = fs::read(&graph).unwrap();
+        let mut flipped = bytes.clone();
+        flipped[100] ^= 1;
+        fs::write(&graph, &flipped).unwrap();
+        assert_eq!(empty().load(dir.path(), &rows), None);
+        fs::write(&graph, &bytes).unwrap();
+        assert_eq!(empty().load(dir.path(), &rows), Some(7));
+        let manifest = dir.path().join("manifest.json");
+        let text = fs::read_to_string(&manifest).unwrap();
+        fs::write(&manifest, text.replace("\"format\":2", "\"format\":3")).unwrap();
+        assert_eq!(empty().load(dir.path(), &rows), None);
+    }
+
+    #[test]
+    fn a_format_1_checkpoint_usearchs_own_files_is_still_read() {
+        let vi = index();
+        let dir = tempfile::tempdir().unwrap();
+        let Some(Partition::Graph(g)) = vi.parts.get("n") else {
+            panic!("not a graph")
+        };
+        let path = dir.path().join("g5-0.usearch");
+        g.graph
+            .save(path.to_str().unwrap(), &vi.slots.acquire())
+            .unwrap();
+        let manifest = serde_json::json!({
+            "seq": 5,
+            "dims": DIMS,
+            "graphs": [{
+                "namespace": "n",
+                "file": "g5-0.usearch",
+                "crc32": file_crc32(&path).unwrap(),
+                "removed": g.graph.removed(),
+            }],
+        });
+        fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
+        let no_rows =
+            |_: &[u64]| -> Result<Vec<Option<Vec<f32>>>> { panic!("format 1 asks no rows") };
+        let (loaded, seq) = load(dir.path(), &no_rows);
+        assert_eq!(seq, Some(5));
+        same_graph(&vi, &loaded);
+        // the next checkpoint writes format 2 and removes the format-1 file
+        loaded.checkpoint(dir.path(), 6).unwrap();
+        assert!(!path.exists());
+        assert_eq!(empty().load(dir.path(), &rows), Some(6));
     }
 }

@@ -170,8 +170,21 @@ impl Graph {
         self.index.save(path).map_err(|e| usearch_err("save", e))
     }
 
+    /// Loads a file usearch saved (checkpoint format 1).
     pub(super) fn load(&mut self, path: &str, removed: usize, p: &Permit<'_>) -> Result<()> {
         self.index.load(path).map_err(|e| usearch_err("load", e))?;
+        self.loaded(removed, p)
+    }
+
+    /// Loads an index in usearch's file layout from memory.
+    pub(super) fn load_buffer(&mut self, buf: &[u8], removed: usize, p: &Permit<'_>) -> Result<()> {
+        self.index
+            .load_from_buffer(buf)
+            .map_err(|e| usearch_err("load", e))?;
+        self.loaded(removed, p)
+    }
+
+    fn loaded(&mut self, removed: usize, p: &Permit<'_>) -> Result<()> {
         self.removed.store(removed, Ordering::Relaxed);
         self.reserve(self.index.size().max(64), p)
     }

@@ -26,7 +26,8 @@
 //!   reserve [`thread_slots`] contexts. Structural changes (reserve, remove) happen under the
 //!   engine's exclusive state lock.
 //! - A checkpoint saves graphs outside that lock: it *freezes* them first, and changes made
-//!   meanwhile wait in each partition's overlay (see `part`).
+//!   meanwhile wait in each partition's overlay (see `part`). A graph is saved without the
+//!   vectors the rows hold, and loaded with them (see `layout`).
 //! - The plan thresholds live in [`Tuning`], fixed in production and lowered by tests so
 //!   every plan branch runs at a few thousand rows.
 
@@ -34,6 +35,7 @@ mod compact;
 mod exact;
 mod files;
 mod graph;
+mod layout;
 mod part;
 mod plan;
 
@@ -107,6 +109,10 @@ impl Default for Tuning {
         }
     }
 }
+
+/// The rows' vectors of the vector keys asked, in order (None for a key no row holds): a
+/// checkpointed graph is loaded with them (see `layout`).
+pub type RowVectors<'a> = &'a dyn Fn(&[u64]) -> Result<Vec<Option<Vec<f32>>>>;
 
 fn usearch_err(context: &str, e: impl std::fmt::Display) -> Error {
     Error::storage(&format!("vector index: {context}"), e)
