@@ -23,10 +23,10 @@ pub(super) fn open_vectors(
 ) -> Result<(VectorIndex, u64)> {
     let mut vi = VectorIndex::new(dims, metric, tuning);
     // a checkpoint holds the graphs without the vectors the rows hold
-    let rows = |keys: &[u64]| -> Result<Vec<Option<Vec<f32>>>> {
+    let rows = |keys: &[u64]| -> Result<Vec<Option<Vec<u8>>>> {
         let rids: Vec<Option<u64>> = keys.iter().map(|k| cols.by_vkey.get(k).copied()).collect();
         let found: Vec<u64> = rids.iter().flatten().copied().collect();
-        let mut vectors = snap.vectors(&found)?.into_iter();
+        let mut vectors = snap.vector_bytes(&found)?.into_iter();
         Ok(rids
             .iter()
             .map(|rid| rid.and_then(|_| vectors.next().flatten()))

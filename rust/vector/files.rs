@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::graph::{Graph, Slots};
+use super::graph::{Graph, Permit, Slots};
 use super::layout;
 use super::part::{GraphPart, Partition};
 use super::{RowVectors, VectorIndex};
@@ -292,12 +292,62 @@ impl VectorIndex {
             if crc32fast::hash(&stripped) != gf.crc32 {
                 return Err(corrupt());
             }
-            let full = layout::splice(&stripped, self.dims, rows)?;
-            drop(stripped);
-            g.load_buffer(&full, gf.removed, &self.slots.acquire())?;
+            let permit = self.slots.acquire();
+            load_stripped(&mut g, &stripped, (self.dims, gf.removed), rows, &permit)?;
         }
         Ok(g)
     }
+}
+
+/// Loads a stripped graph into `g`, with its vectors from `rows` (see `layout::splice`).
+///
+/// The index is streamed to usearch's file loader through a pipe, on another thread: never
+/// whole in memory beside the loaded copy (a buffer would double the memory an open peaks at:
+/// +1.5 GB at 1M 384-d rows), and the rows are read while usearch parses.
+#[cfg(unix)]
+fn load_stripped(
+    g: &mut Graph,
+    stripped: &[u8],
+    (dims, removed): (usize, usize),
+    rows: RowVectors<'_>,
+    permit: &Permit<'_>,
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+
+    let (reader, writer) = io::pipe()?;
+    let path = format!("/dev/fd/{}", reader.as_raw_fd());
+    std::thread::scope(|s| {
+        let loader = s.spawn(move || {
+            let loaded = g.load(&path, removed, permit);
+            // the last read end: a splice still writing fails rather than waits
+            drop(reader);
+            loaded
+        });
+        let mut out = io::BufWriter::with_capacity(1 << 20, writer);
+        let spliced = layout::splice(stripped, dims, rows, &mut out)
+            .and_then(|()| out.flush().map_err(Error::from));
+        // the write end closed: usearch reads to the end, or fails on a short stream
+        drop(out);
+        let loaded = loader
+            .join()
+            .map_err(|_| Error::storage("vector graph", "the loading thread panicked"))?;
+        // a failed splice explains a failed load (a short stream), not the reverse
+        spliced.and(loaded)
+    })
+}
+
+/// Loads a stripped graph into `g` through a buffer (where a pipe has no path to open).
+#[cfg(not(unix))]
+fn load_stripped(
+    g: &mut Graph,
+    stripped: &[u8],
+    (dims, removed): (usize, usize),
+    rows: RowVectors<'_>,
+    permit: &Permit<'_>,
+) -> Result<()> {
+    let mut full = Vec::new();
+    layout::splice(stripped, dims, rows, &mut full)?;
+    g.load_buffer(&full, removed, permit)
 }
 
 #[cfg(test)]
@@ -320,8 +370,11 @@ mod tests {
             .collect()
     }
 
-    fn rows(keys: &[u64]) -> Result<Vec<Option<Vec<f32>>>> {
-        Ok(keys.iter().map(|k| Some(v(*k))).collect())
+    fn rows(keys: &[u64]) -> Result<Vec<Option<Vec<u8>>>> {
+        Ok(keys
+            .iter()
+            .map(|k| Some(v(*k).iter().flat_map(|x| x.to_le_bytes()).collect()))
+            .collect())
     }
 
     fn empty() -> VectorIndex {
@@ -453,7 +506,7 @@ mod tests {
         });
         fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
         let no_rows =
-            |_: &[u64]| -> Result<Vec<Option<Vec<f32>>>> { panic!("format 1 asks no rows") };
+            |_: &[u64]| -> Result<Vec<Option<Vec<u8>>>> { panic!("format 1 asks no rows") };
         let (loaded, seq) = load(dir.path(), &no_rows);
         assert_eq!(seq, Some(5));
         same_graph(&vi, &loaded);

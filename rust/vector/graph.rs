@@ -177,6 +177,7 @@ impl Graph {
     }
 
     /// Loads an index in usearch's file layout from memory.
+    #[cfg(any(test, not(unix)))]
     pub(super) fn load_buffer(&mut self, buf: &[u8], removed: usize, p: &Permit<'_>) -> Result<()> {
         self.index
             .load_from_buffer(buf)

@@ -17,7 +17,6 @@
 //! slot) its `u64` slot and its vector. All integers little-endian, as usearch writes them on
 //! the platforms it supports.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -158,39 +157,104 @@ pub(super) fn strip(saved: &Path, to: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// The index usearch saved, rebuilt from a stripped graph and `rows`: the rows' vectors of the
-/// keys asked, None for a key no row holds any more. Such a key belongs to a row changed after
-/// the checkpoint (the replay of the changelog buries it next): until then its node routes
-/// searches with the vector of a neighbour (nodes with no neighbour left keep zeros).
-pub(super) fn splice(stripped: &[u8], dims: usize, rows: super::RowVectors<'_>) -> Result<Vec<u8>> {
-    if stripped.len() < PREFIX || &stripped[..8] != MAGIC {
-        return Err(corrupt("not a stripped graph"));
+/// A stripped graph's parts.
+struct Stripped<'a> {
+    bytes: usize,
+    graph: &'a [u8],
+    /// Per grave, ascending slot: `u64` slot, vector.
+    graves: &'a [u8],
+    nodes: Nodes,
+}
+
+impl<'a> Stripped<'a> {
+    fn parse(stripped: &'a [u8], dims: usize) -> Result<Self> {
+        if stripped.len() < PREFIX || &stripped[..8] != MAGIC {
+            return Err(corrupt("not a stripped graph"));
+        }
+        let size = |at| usize_of(u64_at(stripped, at)).map_err(corrupt);
+        let (slots, bytes, graph_len) = (size(8)?, size(16)?, size(24)?);
+        if bytes != 4 * dims || u32::try_from(slots).is_err() {
+            return Err(corrupt("vectors of other dimensions"));
+        }
+        let graph = stripped
+            .get(PREFIX..PREFIX.saturating_add(graph_len))
+            .ok_or_else(|| corrupt("truncated"))?;
+        let graves = &stripped[PREFIX + graph_len..];
+        if graves.len() % (8 + bytes) != 0 {
+            return Err(corrupt("a truncated grave"));
+        }
+        let nodes = walk(&mut &graph[..], &mut io::sink()).map_err(corrupt)?;
+        if nodes.keys.len() != slots {
+            return Err(corrupt("the graph does not match its slot count"));
+        }
+        Ok(Self {
+            bytes,
+            graph,
+            graves,
+            nodes,
+        })
     }
-    let size = |at| usize_of(u64_at(stripped, at)).map_err(|e| corrupt(e));
-    let (slots, bytes, graph_len) = (size(8)?, size(16)?, size(24)?);
-    if bytes != 4 * dims {
-        return Err(corrupt("vectors of other dimensions"));
+
+    /// The saved vector of the grave in `slot`.
+    fn grave(&self, slot: usize) -> Option<&'a [u8]> {
+        let n = self.graves.len() / (8 + self.bytes);
+        let at = |i: usize| &self.graves[i * (8 + self.bytes)..(i + 1) * (8 + self.bytes)];
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match u64_at(at(mid), 0).cmp(&(slot as u64)) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(&at(mid)[8..]),
+            }
+        }
+        None
     }
-    let graph = stripped
-        .get(PREFIX..PREFIX.saturating_add(graph_len))
-        .ok_or_else(|| corrupt("truncated"))?;
-    let graves = &stripped[PREFIX + graph_len..];
-    if graves.len() % (8 + bytes) != 0 {
-        return Err(corrupt("a truncated grave"));
+
+    /// A stand-in for the vector of `slot`, which the rows lack: that of a level-0 neighbour
+    /// they (or the graves) hold.
+    fn stand_in(&self, slot: usize, rows: super::RowVectors<'_>) -> Result<Option<Vec<u8>>> {
+        let at = self.nodes.base[slot];
+        let count = u32_at(self.graph, at) as usize;
+        for j in 0..count.min(1 << 16) {
+            let n = u32_at(self.graph, at + 4 + 4 * j) as usize;
+            let Some(key) = self.nodes.keys.get(n) else {
+                continue;
+            };
+            if *key >= GRAVE {
+                if let Some(v) = self.grave(n) {
+                    return Ok(Some(v.to_vec()));
+                }
+            } else if let Some(Some(v)) = rows(&[*key])?.pop() {
+                if v.len() == self.bytes {
+                    return Ok(Some(v));
+                }
+            }
+        }
+        Ok(None)
     }
-    let nodes = walk(&mut &graph[..], &mut io::sink()).map_err(|e| corrupt(e))?;
-    if nodes.keys.len() != slots {
-        return Err(corrupt("the graph does not match its slot count"));
-    }
-    let vectors_end = 8 + slots * bytes;
-    let mut out = Vec::with_capacity(vectors_end + graph_len);
-    for x in [slots, bytes] {
+}
+
+/// Writes to `out` the index usearch saved, rebuilt from a stripped graph and `rows` (the
+/// rows' vectors of the keys asked, None for a key no row holds any more).
+///
+/// A key the rows lack belongs to a row deleted or re-embedded after the checkpoint (a crash
+/// came before the next one), which the replay of the changelog buries next: until then its
+/// node routes searches with the vector of a level-0 neighbour (zeros if none has one).
+pub(super) fn splice(
+    stripped: &[u8],
+    dims: usize,
+    rows: super::RowVectors<'_>,
+    out: &mut impl Write,
+) -> Result<()> {
+    let s = Stripped::parse(stripped, dims)?;
+    for x in [s.nodes.keys.len(), s.bytes] {
         let x = u32::try_from(x).map_err(|_| corrupt("a size out of range"))?;
-        out.extend_from_slice(&x.to_le_bytes());
+        out.write_all(&x.to_le_bytes())?;
     }
-    let mut graves = graves.chunks_exact(8 + bytes);
-    let mut missing = Vec::new();
-    for (c, chunk) in nodes.keys.chunks(CHUNK).enumerate() {
+    let mut graves = s.graves.chunks_exact(8 + s.bytes);
+    let mut missing = 0;
+    for (c, chunk) in s.nodes.keys.chunks(CHUNK).enumerate() {
         let live: Vec<u64> = chunk.iter().copied().filter(|k| *k < GRAVE).collect();
         let found = rows(&live)?;
         if found.len() != live.len() {
@@ -204,18 +268,17 @@ pub(super) fn splice(stripped: &[u8], dims: usize, rows: super::RowVectors<'_>) 
             let slot = c * CHUNK + i;
             if *key >= GRAVE {
                 match graves.next() {
-                    Some(g) if u64_at(g, 0) == slot as u64 => out.extend_from_slice(&g[8..]),
+                    Some(g) if u64_at(g, 0) == slot as u64 => out.write_all(&g[8..])?,
                     _ => return Err(corrupt("a grave's vector is missing")),
                 }
                 continue;
             }
             match found.next().flatten() {
-                Some(v) if v.len() == dims => {
-                    out.extend(v.iter().flat_map(|x| x.to_le_bytes()));
-                }
+                Some(v) if v.len() == s.bytes => out.write_all(&v)?,
                 _ => {
-                    missing.push(slot);
-                    out.resize(out.len() + bytes, 0);
+                    missing += 1;
+                    let v = s.stand_in(slot, rows)?;
+                    out.write_all(&v.unwrap_or_else(|| vec![0; s.bytes]))?;
                 }
             }
         }
@@ -223,42 +286,14 @@ pub(super) fn splice(stripped: &[u8], dims: usize, rows: super::RowVectors<'_>) 
     if graves.next().is_some() {
         return Err(corrupt("a grave the graph lacks"));
     }
-    if !missing.is_empty() {
+    if missing > 0 {
         log::info!(
-            "vector graph: {} vectors changed since the checkpoint route by a neighbour's \
-             until they are removed",
-            missing.len()
+            "vector graph: {missing} vectors changed since the checkpoint route by a \
+             neighbour's until they are removed"
         );
-        stand_in(&mut out, graph, &nodes, &missing, bytes);
     }
-    out.extend_from_slice(graph);
-    Ok(out)
-}
-
-/// Gives each `missing` slot of the vectors in `out` the vector of a level-0 neighbour that
-/// has one, in rounds while that helps.
-fn stand_in(out: &mut [u8], graph: &[u8], nodes: &Nodes, missing: &[usize], bytes: usize) {
-    let mut open: HashSet<usize> = missing.iter().copied().collect();
-    loop {
-        let before = open.len();
-        for &slot in missing {
-            if !open.contains(&slot) {
-                continue;
-            }
-            let at = nodes.base[slot];
-            let count = u32_at(graph, at) as usize;
-            let neighbour = (0..count)
-                .map(|j| u32_at(graph, at + 4 + 4 * j) as usize)
-                .find(|n| *n < nodes.keys.len() && !open.contains(n));
-            if let Some(n) = neighbour {
-                out.copy_within(8 + n * bytes..8 + (n + 1) * bytes, 8 + slot * bytes);
-                open.remove(&slot);
-            }
-        }
-        if open.is_empty() || open.len() == before {
-            return;
-        }
-    }
+    out.write_all(s.graph)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -268,6 +303,8 @@ mod tests {
         clippy::unwrap_used,
         reason = "tests: small integers made into floats"
     )]
+
+    use std::collections::HashSet;
 
     use super::super::graph::{Graph, Slots};
     use super::*;
@@ -299,8 +336,22 @@ mod tests {
         (dir, g, full, stripped)
     }
 
-    fn rows(keys: &[u64]) -> Result<Vec<Option<Vec<f32>>>> {
-        Ok(keys.iter().map(|k| Some(v(*k))).collect())
+    fn spliced(
+        stripped: &[u8],
+        dims: usize,
+        rows: super::super::RowVectors<'_>,
+    ) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        splice(stripped, dims, rows, &mut out)?;
+        Ok(out)
+    }
+
+    fn bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    fn rows(keys: &[u64]) -> Result<Vec<Option<Vec<u8>>>> {
+        Ok(keys.iter().map(|k| Some(bytes(&v(*k)))).collect())
     }
 
     #[test]
@@ -309,31 +360,31 @@ mod tests {
         // 39 graves keep their vectors; the 460 live ones do not
         let links = full.len() - 8 - 500 * 4 * DIMS;
         assert_eq!(stripped.len(), PREFIX + links + 39 * (8 + 4 * DIMS));
-        assert_eq!(splice(&stripped, DIMS, &rows).unwrap(), full);
+        assert_eq!(spliced(&stripped, DIMS, &rows).unwrap(), full);
     }
 
     #[test]
     fn damage_to_a_stripped_graph_is_an_error() {
         let (_dir, _g, _full, stripped) = saved();
-        assert!(splice(&stripped[..stripped.len() - 1], DIMS, &rows).is_err());
-        assert!(splice(&stripped[..stripped.len() / 2], DIMS, &rows).is_err());
-        assert!(splice(&stripped, DIMS + 1, &rows).is_err());
+        assert!(spliced(&stripped[..stripped.len() - 1], DIMS, &rows).is_err());
+        assert!(spliced(&stripped[..stripped.len() / 2], DIMS, &rows).is_err());
+        assert!(spliced(&stripped, DIMS + 1, &rows).is_err());
         let mut other = stripped.clone();
         other[PREFIX] = b'x';
-        assert!(splice(&other, DIMS, &rows).is_err());
+        assert!(spliced(&other, DIMS, &rows).is_err());
     }
 
     #[test]
     fn a_vector_the_rows_lack_routes_by_a_neighbours_until_it_is_buried() {
         let (_dir, g, _full, stripped) = saved();
         let gone: HashSet<u64> = [5, 6, 7, 100, 499].into();
-        let rows = |keys: &[u64]| -> Result<Vec<Option<Vec<f32>>>> {
+        let rows = |keys: &[u64]| -> Result<Vec<Option<Vec<u8>>>> {
             Ok(keys
                 .iter()
-                .map(|k| (!gone.contains(k)).then(|| v(*k)))
+                .map(|k| (!gone.contains(k)).then(|| bytes(&v(*k))))
                 .collect())
         };
-        let full = splice(&stripped, DIMS, &rows).unwrap();
+        let full = spliced(&stripped, DIMS, &rows).unwrap();
         let slots = Slots::new(4);
         let mut loaded = Graph::create(DIMS, Metric::Cos, 0, &slots.acquire()).unwrap();
         loaded.load_buffer(&full, 39, &slots.acquire()).unwrap();

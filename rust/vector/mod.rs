@@ -110,9 +110,9 @@ impl Default for Tuning {
     }
 }
 
-/// The rows' vectors of the vector keys asked, in order (None for a key no row holds): a
-/// checkpointed graph is loaded with them (see `layout`).
-pub type RowVectors<'a> = &'a dyn Fn(&[u64]) -> Result<Vec<Option<Vec<f32>>>>;
+/// The rows' vectors of the vector keys asked, as stored (little-endian f32), in order (None
+/// for a key no row holds): a checkpointed graph is loaded with them (see `layout`).
+pub type RowVectors<'a> = &'a dyn Fn(&[u64]) -> Result<Vec<Option<Vec<u8>>>>;
 
 fn usearch_err(context: &str, e: impl std::fmt::Display) -> Error {
     Error::storage(&format!("vector index: {context}"), e)
