@@ -66,6 +66,8 @@ fn usize_of(x: u64) -> io::Result<usize> {
 
 /// The nodes of a graph section: each slot's key, and where its level-0 neighbours start.
 struct Nodes {
+    /// Neighbour slots a node has room for at level 0.
+    conn_base: usize,
     keys: Vec<u64>,
     /// Offset in the graph section of each node's level-0 neighbour count.
     base: Vec<usize>,
@@ -103,7 +105,11 @@ fn walk(from: &mut impl Read, to: &mut impl Write) -> io::Result<Nodes> {
         .map(|l| usize::try_from(i16::from_le_bytes([l[0], l[1]])))
         .collect::<std::result::Result<_, _>>()
         .map_err(|_| invalid("a negative level"))?;
+    if levels.iter().any(|l| *l > 64) {
+        return Err(invalid("a level out of range"));
+    }
     let mut nodes = Nodes {
+        conn_base,
         keys: Vec::with_capacity(size),
         base: Vec::with_capacity(size),
     };
@@ -216,7 +222,7 @@ impl<'a> Stripped<'a> {
     fn stand_in(&self, slot: usize, rows: super::RowVectors<'_>) -> Result<Option<Vec<u8>>> {
         let at = self.nodes.base[slot];
         let count = u32_at(self.graph, at) as usize;
-        for j in 0..count.min(1 << 16) {
+        for j in 0..count.min(self.nodes.conn_base) {
             let n = u32_at(self.graph, at + 4 + 4 * j) as usize;
             let Some(key) = self.nodes.keys.get(n) else {
                 continue;
