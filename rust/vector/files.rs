@@ -317,7 +317,7 @@ fn load_stripped(
     let (reader, writer) = io::pipe()?;
     let path = format!("/dev/fd/{}", reader.as_raw_fd());
     std::thread::scope(|s| {
-        let loader = s.spawn(move || {
+        let reading = s.spawn(move || {
             let loaded = g.load(&path, removed, permit);
             // the last read end: a splice still writing fails rather than waits
             drop(reader);
@@ -328,7 +328,7 @@ fn load_stripped(
             .and_then(|()| out.flush().map_err(Error::from));
         // the write end closed: usearch reads to the end, or fails on a short stream
         drop(out);
-        let loaded = loader
+        let loaded = reading
             .join()
             .map_err(|_| Error::storage("vector graph", "the loading thread panicked"))?;
         // a failed splice explains a failed load (a short stream), not the reverse
@@ -370,6 +370,7 @@ mod tests {
             .collect()
     }
 
+    #[allow(clippy::unnecessary_wraps, reason = "the shape of `RowVectors`")]
     fn rows(keys: &[u64]) -> Result<Vec<Option<Vec<u8>>>> {
         Ok(keys
             .iter()
@@ -417,30 +418,27 @@ mod tests {
         (vi, seq)
     }
 
-    fn same_graph(a: &VectorIndex, b: &VectorIndex) {
-        assert_eq!(a.len("n"), b.len("n"));
-        let p = b.slots.acquire();
-        match (a.parts.get("n"), b.parts.get("n")) {
-            (Some(Partition::Graph(x)), Some(Partition::Graph(y))) => {
-                assert_eq!(x.graph.size(), y.graph.size());
-                assert_eq!(x.graph.removed(), y.graph.removed());
+    fn same_graph(want: &VectorIndex, got: &VectorIndex) {
+        assert_eq!(want.len("n"), got.len("n"));
+        let permit = got.slots.acquire();
+        match (want.parts.get("n"), got.parts.get("n")) {
+            (Some(Partition::Graph(wp)), Some(Partition::Graph(gp))) => {
+                assert_eq!(wp.graph.size(), gp.graph.size());
+                assert_eq!(wp.graph.removed(), gp.graph.removed());
                 for k in 0..400 {
-                    let (mut bx, mut by) = (vec![0f32; DIMS], vec![0f32; DIMS]);
-                    assert_eq!(x.graph.get(k, &mut bx, &p), y.graph.get(k, &mut by, &p));
-                    assert_eq!(bx, by);
-                    let grave = GRAVE | k;
-                    assert_eq!(
-                        x.graph.get(grave, &mut bx, &p),
-                        y.graph.get(grave, &mut by, &p)
-                    );
-                    assert_eq!(bx, by);
+                    for key in [k, GRAVE | k] {
+                        let (mut wv, mut gv) = (vec![0f32; DIMS], vec![0f32; DIMS]);
+                        let found = wp.graph.get(key, &mut wv, &permit);
+                        assert_eq!(found, gp.graph.get(key, &mut gv, &permit));
+                        assert_eq!(wv, gv);
+                    }
                 }
             }
             _ => panic!("not graphs"),
         }
-        drop(p);
+        drop(permit);
         for q in [3, 50, 399] {
-            assert_eq!(hits(a, q), hits(b, q));
+            assert_eq!(hits(want, q), hits(got, q));
         }
     }
 

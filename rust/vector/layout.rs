@@ -186,7 +186,7 @@ impl<'a> Stripped<'a> {
             .get(PREFIX..PREFIX.saturating_add(graph_len))
             .ok_or_else(|| corrupt("truncated"))?;
         let graves = &stripped[PREFIX + graph_len..];
-        if graves.len() % (8 + bytes) != 0 {
+        if !graves.len().is_multiple_of(8 + bytes) {
             return Err(corrupt("a truncated grave"));
         }
         let nodes = walk(&mut &graph[..], &mut io::sink()).map_err(corrupt)?;
@@ -207,7 +207,7 @@ impl<'a> Stripped<'a> {
         let at = |i: usize| &self.graves[i * (8 + self.bytes)..(i + 1) * (8 + self.bytes)];
         let (mut lo, mut hi) = (0, n);
         while lo < hi {
-            let mid = (lo + hi) / 2;
+            let mid = usize::midpoint(lo, hi);
             match u64_at(at(mid), 0).cmp(&(slot as u64)) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
@@ -356,6 +356,7 @@ mod tests {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
     }
 
+    #[allow(clippy::unnecessary_wraps, reason = "the shape of `RowVectors`")]
     fn rows(keys: &[u64]) -> Result<Vec<Option<Vec<u8>>>> {
         Ok(keys.iter().map(|k| Some(bytes(&v(*k)))).collect())
     }
