@@ -654,9 +654,7 @@ def test_vectors_changed_after_the_last_checkpoint_survive_a_crash(
             else:
                 assert hits[0].memory.id == f"r{i}", i
         found = s.vector_search("ns", vectors[7], k=n)
-        assert sorted(h.memory.id for h in found) == sorted(
-            f"r{i}" for i in range(n) if i % 5 != 0
-        )
+        assert sorted(h.memory.id for h in found) == sorted(f"r{i}" for i in range(n) if i % 5 != 0)
 
 
 # ---------------------------------------------------------------------------------------------
