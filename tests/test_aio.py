@@ -286,3 +286,37 @@ async def test_a_cancelled_search_leaves_the_loop_clean() -> None:
         assert all(isinstance(d, list) and len(d) == 50 for d in done[1::2])
         await asyncio.sleep(0.05)  # completions of the cancelled ones land meanwhile
     assert errors == []
+
+
+def test_an_unclosed_async_store_never_delays_exit(tmp_path: Path) -> None:
+    """Its pool's threads stop at interpreter exit (after the jobs already queued: the write
+    in flight lands), and the store is closed by its exit hook, durable."""
+    import subprocess
+    import sys
+
+    script = f"""
+import asyncio
+import numpy as np
+from memini import Memory
+from memini.aio import AsyncStore
+
+async def main():
+    s = await AsyncStore.open({str(tmp_path / "s")!r}, dims=2)
+    await s.upsert(Memory(id="a", namespace="n", content="x", embedding=[1, 0]))
+    await s.vector_search("n", np.array([1, 0], dtype=np.float32))
+    await s.keyword_search("n", "x")
+    # in flight when the loop ends: nobody awaits it
+    asyncio.ensure_future(s.upsert(Memory(id="b", namespace="n", content="y")))
+    await asyncio.sleep(0)
+
+asyncio.run(main())
+print("done")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "done"
+    with Store.open(tmp_path / "s") as s:
+        assert s.get("n", "a").content == "x"
+        assert s.get("n", "b").content == "y"

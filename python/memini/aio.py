@@ -27,6 +27,7 @@ import os
 import queue
 import threading
 import types
+import weakref
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import (
@@ -73,8 +74,9 @@ class _Workers:
     `concurrent.futures.Future`, no Python-level lock or semaphore; the submitting thread's
     CPU per ``submit`` measured 10 -> 0.5 us), and a worker finishing a job holds the GIL for
     a few bytecodes after waking the loop, so the loop thread rarely wakes only to wait for
-    the GIL. Threads start on demand, up to ``workers``; a daemon thread never delays
-    interpreter exit (an open store is closed at exit, which waits for its in-flight calls).
+    the GIL. Threads start on demand, up to ``workers``. At interpreter exit the threads
+    finish the jobs already queued and stop before Python joins its threads, as the threads
+    of `concurrent.futures` pools do (a pool left open never delays exit).
     """
 
     def __init__(self, workers: int, name: str) -> None:
@@ -86,6 +88,7 @@ class _Workers:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._shut = False
+        _LIVE.add(self)
 
     def submit(self, job: Callable[[], object]) -> None:
         """Run ``job()`` on a worker thread (it must handle its own exceptions)."""
@@ -100,9 +103,8 @@ class _Workers:
     def _start(self) -> None:
         with self._lock:
             if len(self._threads) < self._max and not self._shut:
-                t = threading.Thread(
-                    target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
-                )
+                name = f"{self._name}_{len(self._threads)}"
+                t = threading.Thread(target=self._work, name=name, daemon=_AT_EXIT is None)
                 t.start()
                 self._threads.append(t)
 
@@ -124,6 +126,22 @@ class _Workers:
             for t in threads:
                 if t is not threading.current_thread():
                     t.join()
+
+
+_LIVE: weakref.WeakSet[_Workers] = weakref.WeakSet()
+
+
+def _stop_all() -> None:
+    for pool in list(_LIVE):
+        pool.shutdown(wait=False)
+
+
+# CPython's hook that runs just before the interpreter joins non-daemon threads at exit (the
+# one `concurrent.futures` uses): every pool's threads then stop once their queue is done.
+# Elsewhere the threads are daemons.
+_AT_EXIT: Callable[[Callable[[], None]], None] | None = getattr(threading, "_register_atexit", None)
+if _AT_EXIT is not None:
+    _AT_EXIT(_stop_all)
 
 
 def _pool(workers: int | None, name: str) -> _Workers:

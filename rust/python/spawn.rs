@@ -107,7 +107,8 @@ where
 {
     Threads::get().submit(Box::new(move || {
         let out = catch_unwind(AssertUnwindSafe(|| work(owner.get())));
-        Python::attach(|py| {
+        // None: the interpreter is shutting down, and nobody awaits the result any more
+        let _ = Python::try_attach(|py| {
             let (error, result) = match outcome(py, out).and_then(|v| convert(py, v)) {
                 Ok(v) => (py.None(), v.unbind()),
                 Err(e) => (e.into_value(py).into_any(), py.None()),
