@@ -7,11 +7,13 @@ import inspect
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from memini import (
+    DimensionMismatchError,
     Filter,
     InvalidArgumentError,
     Memory,
@@ -189,3 +191,132 @@ async def test_concurrent_awaits_all_land() -> None:
             *(s.vector_search(f"ns{i % 4}", v, k=1) for i, v in enumerate(vecs))
         )
         assert [r[0].memory.id for r in results] == [f"m{i}" for i in range(64)]
+
+
+def _scored(hits: list[Any]) -> list[tuple[str, float, str]]:
+    return [(h.memory.id, round(h.score, 9), h.memory.content) for h in hits]
+
+
+async def test_searches_started_in_the_core_equal_the_stores() -> None:
+    """vector_search and keyword_search start in the core (Engine.*_then): same results,
+    same errors as the Store method, for every argument form the Store method takes."""
+    rng = np.random.default_rng(3)
+    async with await AsyncStore.open(None, dims=8, metric="cos") as s:
+        store = s.store
+        rows = [
+            Memory(
+                id=f"m{i}",
+                namespace="n",
+                content=f"{'red' if i % 3 else 'green'} fruit number {i}",
+                tags=["even"] if i % 2 == 0 else [],
+                embedding=rng.random(8),
+            )
+            for i in range(200)
+        ]
+        await s.upsert_many(rows)
+        assert s._native
+        q = rng.random(8).astype(np.float32)
+        even = Filter(tags=["even"])
+        assert _scored(await s.vector_search("n", q)) == _scored(store.vector_search("n", q))
+        assert _scored(await s.vector_search("n", q.tolist(), even, 5)) == _scored(
+            store.vector_search("n", q.tolist(), even, 5)
+        )
+        assert _scored(await s.vector_search(namespace="n", vector=q, k=3)) == _scored(
+            store.vector_search("n", q, k=3)
+        )
+        assert await s.vector_search("elsewhere", q) == []
+        assert _scored(await s.keyword_search("n", "green fruit", even, 7)) == _scored(
+            store.keyword_search("n", "green fruit", even, 7)
+        )
+        assert _scored(await s.keyword_search("n", "red")) == _scored(
+            store.keyword_search("n", "red")
+        )
+        with pytest.raises(DimensionMismatchError):
+            await s.vector_search("n", [1.0, 2.0])
+        with pytest.raises(InvalidArgumentError, match="k must be"):
+            await s.keyword_search("n", "red", None, 0)
+        with pytest.raises(InvalidArgumentError, match="query must be a str"):
+            await s.keyword_search("n", b"red")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="filter"):
+            await s.vector_search("n", q, "tags")  # type: ignore[arg-type]
+
+
+async def test_a_core_error_in_a_search_started_in_the_core_reaches_the_awaiter() -> None:
+    """The error path of Engine.*_then: the core refuses the call on its own thread (here a
+    query of the wrong length, which the facade would have caught) and done(error, None)
+    hands the memini error to the caller."""
+    from memini._convert import filter_to_spec
+    from memini._core import Engine
+
+    store = Store.open(None, dims=4)
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[tuple[BaseException | None, object]] = loop.create_future()
+
+    def done(error: BaseException | None, result: object) -> None:
+        loop.call_soon_threadsafe(got.set_result, (error, result))
+
+    engine = store._engine
+    assert isinstance(engine, Engine)
+    engine.vector_search_then("n", np.zeros(3, dtype=np.float32), filter_to_spec(None), 10, done)
+    error, result = await got
+    assert isinstance(error, DimensionMismatchError) and result is None
+    store.close()
+
+
+async def test_a_cancelled_search_leaves_the_loop_clean() -> None:
+    """Cancelling an await of a search started in the core: the search finishes on its
+    thread and its completion finds the future cancelled, silently."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, ctx: errors.append(ctx))
+    rng = np.random.default_rng(5)
+    async with await AsyncStore.open(None, dims=16) as s:
+        await s.upsert_many(
+            [
+                Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(16))
+                for i in range(500)
+            ]
+        )
+        tasks = [asyncio.create_task(s.vector_search("n", rng.random(16), k=50)) for _ in range(20)]
+        await asyncio.sleep(0)
+        for t in tasks[::2]:
+            t.cancel()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(d, asyncio.CancelledError) for d in done[::2])
+        assert all(isinstance(d, list) and len(d) == 50 for d in done[1::2])
+        await asyncio.sleep(0.05)  # completions of the cancelled ones land meanwhile
+    assert errors == []
+
+
+def test_an_unclosed_async_store_never_delays_exit(tmp_path: Path) -> None:
+    """Its pool's threads stop at interpreter exit (after the jobs already queued: the write
+    in flight lands), and the store is closed by its exit hook, durable."""
+    import subprocess
+    import sys
+
+    script = f"""
+import asyncio
+import numpy as np
+from memini import Memory
+from memini.aio import AsyncStore
+
+async def main():
+    s = await AsyncStore.open({str(tmp_path / "s")!r}, dims=2)
+    await s.upsert(Memory(id="a", namespace="n", content="x", embedding=[1, 0]))
+    await s.vector_search("n", np.array([1, 0], dtype=np.float32))
+    await s.keyword_search("n", "x")
+    # in flight when the loop ends: nobody awaits it
+    asyncio.ensure_future(s.upsert(Memory(id="b", namespace="n", content="y")))
+    await asyncio.sleep(0)
+
+asyncio.run(main())
+print("done")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "done"
+    with Store.open(tmp_path / "s") as s:
+        assert s.get("n", "a").content == "x"
+        assert s.get("n", "b").content == "y"

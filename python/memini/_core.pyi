@@ -14,7 +14,8 @@ objects (built by the core, with enum members, aware UTC datetimes and parsed me
 """
 
 import builtins
-from typing import Any, Literal, TypeAlias, TypedDict, final
+from collections.abc import Callable
+from typing import Any, Literal, TypeAlias, TypedDict, TypeVar, final
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +27,11 @@ __all__ = ["Engine", "LocalModel", "build_profile", "fuse", "ranking", "vector_s
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
 `memini._convert.memory_to_row` (a partial row, by `memini._convert.fields_to_row`)."""
+
+_T = TypeVar("_T")
+Done: TypeAlias = Callable[[BaseException | None, _T | None], object]
+"""The callback of the ``*_then`` methods: ``done(error, result)``, called on the core's
+thread with the GIL held once the call is over (exactly one of the two is None)."""
 
 class FilterSpec(TypedDict):
     tiers: list[str]
@@ -160,6 +166,22 @@ class Engine:
     def keyword_search(
         self, namespace: str, query: str, filter: FilterSpec, k: int
     ) -> builtins.list[Scored]: ...
+    def vector_search_then(
+        self,
+        namespace: str,
+        vector: npt.NDArray[np.float32],
+        filter: FilterSpec,
+        k: int,
+        done: Done[builtins.list[Scored]],
+    ) -> None: ...
+    def keyword_search_then(
+        self,
+        namespace: str,
+        query: str,
+        filter: FilterSpec,
+        k: int,
+        done: Done[builtins.list[Scored]],
+    ) -> None: ...
     def recall(
         self,
         sources: builtins.list[tuple[str, builtins.list[str] | None]],

@@ -49,7 +49,6 @@ import threading
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
@@ -76,7 +75,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from memini.aio import _in_pool, _pool
+from memini.aio import _in_pool, _pool, _Workers
 from memini.embed import Embedder
 from memini.errors import InvalidArgumentError, NotFoundError
 from memini.store import Store
@@ -375,7 +374,7 @@ class MeminiStore(BaseStore):
                     f"unknown ttl keys {sorted(unknown)} (TTLConfig has {sorted(_TTL_KEYS)})"
                 )
             self.ttl_config = cast(TTLConfig, dict(ttl))
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _Workers | None = None
         self._pool_lock = threading.Lock()
         self._sweeper: threading.Thread | None = None
         self._stop_sweeper = threading.Event()

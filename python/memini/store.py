@@ -48,6 +48,7 @@ from memini.types import (
 )
 
 if TYPE_CHECKING:  # memini.postgres imports psycopg: only Store.open of a URL loads it
+    from memini._core import FilterSpec
     from memini.postgres import PgEngine, PgMeta
 
 __all__ = ["Store"]
@@ -856,11 +857,16 @@ class Store:
             DimensionMismatchError: Query of the wrong length.
             InvalidArgumentError: ``k < 1`` or a malformed query/filter.
         """
+        return self._engine.vector_search(*self._vector_search_args(namespace, vector, filter, k))
+
+    def _vector_search_args(
+        self, namespace: str, vector: npt.ArrayLike, filter: Filter | None = None, k: int = 10
+    ) -> tuple[str, npt.NDArray[np.float32], FilterSpec, int]:
+        """`vector_search`'s checks, and the core call's arguments (`memini.aio` runs it)."""
         self._check()
         k = _k(k)
         q = vals.query_to_array(vector, self._dims)
-        spec = cv.filter_to_spec(filter)
-        return self._engine.vector_search(_text(namespace, "namespace"), q, spec, k)
+        return _text(namespace, "namespace"), q, cv.filter_to_spec(filter), k
 
     def vector_search_many(
         self,
@@ -887,14 +893,19 @@ class Store:
         statistics are corpus-wide. (Dropping stopwords: keyword-only R@10 on LoCoMo 0.668
         -> 0.699, MRR 0.462 -> 0.490; see `recall`.)
         """
+        return self._engine.keyword_search(*self._keyword_search_args(namespace, query, filter, k))
+
+    def _keyword_search_args(
+        self, namespace: str, query: str, filter: Filter | None = None, k: int = 10
+    ) -> tuple[str, str, FilterSpec, int]:
+        """`keyword_search`'s checks, and the core call's arguments (`memini.aio` runs it)."""
         self._check()
         k = _k(k)
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
         # lone surrogates cannot cross into Rust: they are not letters, so drop them
         q = query.encode("utf-8", "replace").decode("utf-8")
-        spec = cv.filter_to_spec(filter)
-        return self._engine.keyword_search(_text(namespace, "namespace"), q, spec, k)
+        return _text(namespace, "namespace"), q, cv.filter_to_spec(filter), k
 
     def recall(
         self,

@@ -37,7 +37,13 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
 
 /// Runs `f` without the GIL; errors and panics become `memini.errors` exceptions.
 pub fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> crate::Result<T> + Send) -> PyResult<T> {
-    match py.detach(|| catch_unwind(AssertUnwindSafe(f))) {
+    outcome(py, py.detach(|| catch_unwind(AssertUnwindSafe(f))))
+}
+
+/// The result of core work run under `catch_unwind`: its error or panic as a `memini.errors`
+/// exception (for `run`, and for the calls `spawn` runs on the binding's own threads).
+pub fn outcome<T>(py: Python<'_>, done: std::thread::Result<crate::Result<T>>) -> PyResult<T> {
+    match done {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(to_py(py, e)),
         Err(panic) => {

@@ -14,6 +14,7 @@ mod embed;
 mod engine;
 mod errors;
 mod rules;
+mod spawn;
 
 use pyo3::prelude::*;
 
