@@ -191,6 +191,9 @@ class Server:
     def _config(self) -> _Uvicorn:
         config = uvicorn.Config(
             self.app,
+            http=_http_protocol(),
+            # nothing here reads the client's address: no X-Forwarded-* rewriting per request
+            proxy_headers=False,
             log_level="warning",
             access_log=False,
             lifespan="on",
@@ -231,6 +234,16 @@ class Server:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def _http_protocol() -> Any:
+    """uvicorn's httptools protocol sending each answer in one write (`_http`), or
+    uvicorn's own choice where httptools is not installed."""
+    try:
+        from memini.server._http import OneSendProtocol
+    except ImportError:  # pragma: no cover - httptools ships with uvicorn[standard]
+        return "auto"
+    return OneSendProtocol
 
 
 def _version() -> str:
