@@ -135,7 +135,7 @@ def test_aio_event_loop_lag(benchmark: Any, data: D.Dataset, main: D.MainStore) 
         async def writer() -> None:
             i = 0
             while not stop.is_set():
-                row = data.memory(i % data.n, namespace="aio-lag", id=f"w{i:06d}")
+                row = data.memory(i % data.n, namespace="aio-lag", id=f"aio-lag-{i:06d}")
                 await s.upsert(row)
                 ops["writes"] += 1
                 i += 1
