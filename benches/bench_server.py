@@ -182,13 +182,13 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
         for lo in range(0, data.n, 5000):
             s.upsert_many([data.memory(i, NS) for i in range(lo, min(lo + 5000, data.n))])
         qs = data.queries[:200]
-        for q in qs[:20]:
-            s.vector_search(NS, q, k=10)
-        t0, c0 = time.perf_counter(), time.thread_time()
-        for q in qs:
-            s.vector_search(NS, q, k=10)
-        in_process = (time.perf_counter() - t0) / len(qs)
-        in_process_cpu = (time.thread_time() - c0) / len(qs)
+        in_process = in_process_cpu = float("inf")
+        for _ in range(3):  # best of 3: the build's background checkpoint may still run
+            t0, c0 = time.perf_counter(), time.thread_time()
+            for q in qs:
+                s.vector_search(NS, q, k=10)
+            in_process = min(in_process, (time.perf_counter() - t0) / len(qs))
+            in_process_cpu = min(in_process_cpu, (time.thread_time() - c0) / len(qs))
     port = _port()
     env = {k: v for k, v in os.environ.items() if k != "MEMINI_ADMIN_KEY"}
     proc = subprocess.Popen(
