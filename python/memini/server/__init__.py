@@ -6,8 +6,9 @@ REST/JSON under ``/v1`` (one ``POST /v1/<method>`` per `Store` method, arguments
 (Starlette, uvicorn, orjson, mcp); ``import memini`` never imports this package.
 
 The stack, chosen by measurement (README, "Serving"): Starlette on uvicorn (uvloop +
-httptools), bodies with orjson. SIGTERM/SIGINT stop accepting, answer 503 to new calls on
-open connections, finish those in flight, write the queued event rows and close the store.
+httptools, each answer sent in one write: `memini.server._http`), bodies with orjson.
+SIGTERM/SIGINT stop accepting, answer 503 to new calls on open connections, finish those in
+flight, write the queued event rows and close the store.
 """
 
 from __future__ import annotations
