@@ -167,6 +167,7 @@ class Memini(System):
         self.s = memini.Store.open(self.path, dims=D.DIMS, metric="cos")
         for b in range(0, len(payload), D.BATCH):
             self.s.upsert_many(payload[b : b + D.BATCH])
+        D.drained(self.s)
 
     def reopen(self) -> None:
         import memini

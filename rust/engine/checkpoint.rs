@@ -12,14 +12,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use super::commit::CHECKPOINT_EVERY;
 use super::{Engine, Inner};
 use crate::error::{Error, Result};
 
-/// Overlay vectors moved into their graphs per hold of the state lock (a few ms of graph
-/// inserts: a writer waits at most that long behind the drain).
+/// Overlay vectors moved into their graphs per step of a drain (a few ms of graph inserts: a
+/// writer waits at most that long behind the drain; searches do not wait).
 const DRAIN_STEP: usize = 4;
 
 /// The background thread that takes checkpoints when the commit leader asks.
@@ -204,34 +204,44 @@ impl Inner {
     }
 
     /// Ends a freeze (recording `saved` as the vector checkpoint's sequence) and drains the
-    /// overlays into the graphs, a few vectors per hold of the state lock. A failure marks the
+    /// overlays into the graphs, a few vectors per step. A step inserts under the upgradable
+    /// lock (searches go on, writers wait at most one step) and takes the exclusive lock only
+    /// to reserve room or to drop the moved vectors from the overlay. A failure marks the
     /// vector index damaged (repaired from the rows by the next write).
     fn thaw(&self, saved: Option<u64>) -> Result<()> {
         let mut st = self.state.write();
         if let Some(seq) = saved {
             st.vector_seq = seq;
         }
-        let mut step = st
-            .vectors
-            .thaw()
-            .and_then(|()| st.vectors.drain(DRAIN_STEP));
+        let thawed = st.vectors.thaw();
+        drop(st);
+        thawed
+            .and_then(|()| self.drain_overlays())
+            .inspect_err(|e| {
+                let mut st = self.state.write();
+                let namespaces = st.vectors.unsettled();
+                st.vector_damage
+                    .get_or_insert_with(Default::default)
+                    .add(e, namespaces);
+            })
+    }
+
+    fn drain_overlays(&self) -> Result<()> {
         loop {
-            match step {
-                Ok(0) => return Ok(()),
-                Ok(_) => {
-                    drop(st);
-                    std::thread::yield_now();
-                    st = self.state.write();
-                    step = st.vectors.drain(DRAIN_STEP);
-                }
-                Err(e) => {
-                    let namespaces = st.vectors.unsettled();
-                    st.vector_damage
-                        .get_or_insert_with(Default::default)
-                        .add(&e, namespaces);
-                    return Err(e);
-                }
+            let mut st = self.state.upgradable_read();
+            let Some(step) = st.vectors.next_drain(DRAIN_STEP) else {
+                return Ok(());
+            };
+            if !st.vectors.drain_has_room(&step) {
+                let w = RwLockUpgradableReadGuard::upgrade(st);
+                w.vectors.reserve(step.namespace(), step.len())?;
+                st = RwLockWriteGuard::downgrade_to_upgradable(w);
             }
+            st.vectors.insert_drained(&step)?;
+            RwLockUpgradableReadGuard::upgrade(st)
+                .vectors
+                .drained(&step);
+            std::thread::yield_now();
         }
     }
 }

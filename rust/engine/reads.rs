@@ -306,6 +306,7 @@ impl Engine {
                 vector_flat_partitions: flats,
                 vector_memory_bytes: st.vectors.memory_usage(),
                 vector_index_entries: st.vectors.total_len(),
+                vector_pending: st.vectors.overlay_len(),
                 vector_routes: st.vectors.routes(),
                 checkpoints: inner.checkpoints.load(std::sync::atomic::Ordering::Relaxed),
                 keyword_docs: st.keyword.num_docs(),
@@ -333,6 +334,9 @@ pub struct Stats {
     pub vector_memory_bytes: usize,
     /// Vectors in the vector index (equals the rows with a vector when in step).
     pub vector_index_entries: usize,
+    /// Vectors added while a checkpoint saved their graph, still on their way into it (in
+    /// the background after the checkpoint; searched exactly meanwhile).
+    pub vector_pending: usize,
     /// Vector searches so far per plan route (see [`Route`]).
     pub vector_routes: Vec<(Route, u64)>,
     /// Index checkpoints taken since the store was opened.

@@ -404,6 +404,7 @@ impl PyEngine {
         d.set_item("vector_flat_partitions", s.vector_flat_partitions)?;
         d.set_item("vector_memory_bytes", s.vector_memory_bytes)?;
         d.set_item("vector_index_entries", s.vector_index_entries)?;
+        d.set_item("vector_pending", s.vector_pending)?;
         let routes = PyDict::new(py);
         for (route, n) in s.vector_routes {
             routes.set_item(route.as_str(), n)?;

@@ -112,10 +112,15 @@ impl Graph {
             .map_err(|e| usearch_err("reserve", e))
     }
 
+    /// Whether `more` inserts fit without a reallocation.
+    pub(super) fn has_room(&self, more: usize) -> bool {
+        self.index.size() + more <= self.index.capacity()
+    }
+
     /// Room for `more` inserts without a reallocation during them.
     pub(super) fn reserve_more(&self, more: usize, p: &Permit<'_>) -> Result<()> {
-        let need = self.index.size() + more;
-        if need > self.index.capacity() {
+        if !self.has_room(more) {
+            let need = self.index.size() + more;
             self.reserve(need.max(self.index.capacity() * 2), p)?;
         }
         Ok(())

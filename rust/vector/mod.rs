@@ -412,20 +412,102 @@ impl VectorIndex {
             .collect()
     }
 
-    /// Moves up to `budget` vectors from the overlays into their graphs; returns how many
-    /// remain.
-    pub fn drain(&mut self, budget: usize) -> Result<usize> {
-        let mut left = 0;
-        let mut budget = budget;
-        for part in self.parts.values_mut() {
-            if let Partition::Graph(g) = part {
-                let before = g.overlay.adds.len();
-                let remaining = g.drain(budget, &self.slots)?;
-                budget = budget.saturating_sub(before - remaining);
-                left += remaining;
+    /// The next overlay vectors to move into their graph: up to `budget`, of one namespace;
+    /// None when every overlay is empty (or frozen). A drain runs in three steps so that
+    /// searches need not wait for its inserts: [`VectorIndex::insert_drained`] needs only
+    /// shared access (writers excluded, e.g. under an upgradable lock), room reserved first
+    /// (see [`VectorIndex::drain_has_room`]); [`VectorIndex::drained`] then needs exclusive
+    /// access, briefly.
+    #[must_use]
+    pub fn next_drain(&self, budget: usize) -> Option<Drain> {
+        self.parts.iter().find_map(|(ns, p)| match p {
+            Partition::Graph(g) => {
+                let items = g.next_drain(budget);
+                (!items.is_empty()).then(|| Drain {
+                    ns: ns.clone(),
+                    items,
+                })
             }
+            Partition::Flat(_) => None,
+        })
+    }
+
+    /// Whether the graph of `d` takes its vectors without reserving (which reallocates, and
+    /// so needs exclusive access: [`VectorIndex::reserve`]).
+    #[must_use]
+    pub fn drain_has_room(&self, d: &Drain) -> bool {
+        match self.parts.get(&d.ns) {
+            Some(Partition::Graph(g)) => g.has_room(d.items.len()),
+            _ => true,
         }
-        Ok(left)
+    }
+
+    /// Inserts the vectors of `d` into their graph; they stay in the overlay until
+    /// [`VectorIndex::drained`]. Runs beside searches: usearch takes concurrent inserts and
+    /// searches, and a search that finds a key in both scores it once.
+    pub fn insert_drained(&self, d: &Drain) -> Result<()> {
+        match self.parts.get(&d.ns) {
+            Some(Partition::Graph(g)) => g.insert_drained(&d.items, &self.slots),
+            _ => Ok(()),
+        }
+    }
+
+    /// Drops the vectors of `d` from the overlay, now that the graph holds them.
+    pub fn drained(&mut self, d: &Drain) {
+        if let Some(Partition::Graph(g)) = self.parts.get_mut(&d.ns) {
+            g.drained(&d.items);
+        }
+    }
+
+    /// Moves up to `budget` vectors from the overlays into their graphs, all steps at once;
+    /// returns how many remain.
+    pub fn drain(&mut self, budget: usize) -> Result<usize> {
+        let mut budget = budget;
+        while let Some(d) = self.next_drain(budget) {
+            self.reserve(&d.ns, d.len())?;
+            self.insert_drained(&d)?;
+            self.drained(&d);
+            budget -= d.len();
+        }
+        Ok(self.overlay_len())
+    }
+
+    /// Vectors waiting in overlays.
+    #[must_use]
+    pub fn overlay_len(&self) -> usize {
+        self.parts
+            .values()
+            .map(|p| match p {
+                Partition::Graph(g) => g.overlay.adds.len(),
+                Partition::Flat(_) => 0,
+            })
+            .sum()
+    }
+}
+
+/// Overlay vectors on their way into their graph (see [`VectorIndex::next_drain`]).
+pub struct Drain {
+    ns: String,
+    items: Vec<(u64, Vec<f32>)>,
+}
+
+impl Drain {
+    /// How many vectors (never none: [`VectorIndex::next_drain`] returns None instead).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Always false (see [`Drain::len`]).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The namespace whose graph takes them.
+    #[must_use]
+    pub fn namespace(&self) -> &str {
+        &self.ns
     }
 }
 
@@ -542,6 +624,51 @@ mod tests {
         )
         .unwrap();
         assert_eq!((compact_len(&vi), vi.len("n")), (248, 248));
+    }
+
+    #[test]
+    fn searches_run_beside_a_drain_and_see_every_vector_once() {
+        use parking_lot::{RwLock, RwLockUpgradableReadGuard};
+        let mut vi = index(300);
+        let _snapshot = vi.freeze().unwrap();
+        vi.add("n", (1000..1400).map(|i| (i, v(i))).collect())
+            .unwrap();
+        vi.thaw().unwrap();
+        let vi = RwLock::new(vi);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                loop {
+                    let st = vi.upgradable_read();
+                    let Some(step) = st.next_drain(8) else { break };
+                    if !st.drain_has_room(&step) {
+                        RwLockUpgradableReadGuard::upgrade(st)
+                            .reserve("n", step.len())
+                            .unwrap();
+                        continue;
+                    }
+                    st.insert_drained(&step).unwrap();
+                    RwLockUpgradableReadGuard::upgrade(st).drained(&step);
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            let mut searches = 0;
+            while !done.load(Ordering::Relaxed) || searches < 20 {
+                let q = 1000 + searches % 400;
+                let st = vi.read();
+                let found = all(&st, q, 20);
+                assert_eq!(found[0], q, "a vector is its own nearest");
+                let mut unique = found.clone();
+                unique.sort_unstable();
+                unique.dedup();
+                assert_eq!(unique.len(), found.len(), "a key returned twice");
+                searches += 1;
+            }
+        });
+        let vi = vi.into_inner();
+        assert_eq!(vi.overlay_len(), 0);
+        assert_eq!(vi.len("n"), 700);
+        assert_eq!(all(&vi, 1399, 1), [1399]);
     }
 
     #[test]

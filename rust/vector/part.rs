@@ -212,28 +212,33 @@ impl GraphPart {
         Ok(())
     }
 
-    /// Moves up to `budget` overlay vectors into the graph; returns how many remain.
-    pub(super) fn drain(&mut self, budget: usize, slots: &Slots) -> Result<usize> {
-        if self.frozen || self.overlay.adds.is_empty() {
-            return Ok(self.overlay.adds.len());
+    /// Up to `budget` overlay vectors to move into the graph (see [`VectorIndex::drain`]).
+    pub(super) fn next_drain(&self, budget: usize) -> Vec<(u64, Vec<f32>)> {
+        if self.frozen {
+            return Vec::new();
         }
-        let keys: Vec<u64> = self
-            .overlay
-            .adds
-            .keys()
-            .iter()
+        let keys = self.overlay.adds.keys();
+        keys.iter()
             .take(budget)
-            .copied()
-            .collect();
-        let items: Vec<(u64, Vec<f32>)> = keys
-            .iter()
             .filter_map(|k| self.overlay.adds.get(*k).map(|v| (*k, v.to_vec())))
-            .collect();
-        self.graph.reserve_more(items.len(), &slots.acquire())?;
-        self.graph.add_all(&items, slots)?;
-        for k in keys {
-            self.overlay.adds.remove(k);
+            .collect()
+    }
+
+    /// Whether the graph takes `more` inserts without reserving (a reallocation).
+    pub(super) fn has_room(&self, more: usize) -> bool {
+        self.graph.has_room(more)
+    }
+
+    /// Inserts overlay vectors into the graph, which still holds them in the overlay too:
+    /// searches may run meanwhile (a key found twice is scored once). Needs room for them.
+    pub(super) fn insert_drained(&self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
+        self.graph.add_all(items, slots)
+    }
+
+    /// Drops from the overlay the vectors [`GraphPart::insert_drained`] put in the graph.
+    pub(super) fn drained(&mut self, items: &[(u64, Vec<f32>)]) {
+        for (k, _) in items {
+            self.overlay.adds.remove(*k);
         }
-        Ok(self.overlay.adds.len())
     }
 }
