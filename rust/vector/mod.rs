@@ -672,6 +672,21 @@ mod tests {
     }
 
     #[test]
+    fn a_write_into_a_thawed_graph_takes_as_many_pending_vectors_along() {
+        let mut vi = index(100);
+        let _snapshot = vi.freeze().unwrap();
+        vi.add("n", (1000..1100).map(|i| (i, v(i))).collect())
+            .unwrap();
+        vi.thaw().unwrap();
+        vi.add("n", (2000..2030).map(|i| (i, v(i))).collect())
+            .unwrap();
+        assert_eq!(vi.overlay_len(), 70);
+        assert_eq!(vi.len("n"), 230);
+        assert_eq!(all(&vi, 2029, 1), [2029]);
+        assert_eq!(all(&vi, 1099, 1), [1099]);
+    }
+
+    #[test]
     fn a_drain_moves_a_bounded_number_of_vectors_per_step() {
         let mut vi = index(100);
         let _snapshot = vi.freeze().unwrap();

@@ -179,8 +179,15 @@ impl GraphPart {
             }
             return Ok(());
         }
-        self.graph.reserve_more(items.len(), &slots.acquire())?;
-        self.graph.add_all(items, slots)
+        // as many vectors from the overlay go along (a bulk load drains it at its own pace,
+        // a single write takes one more insert)
+        let pending = self.next_drain(items.len());
+        self.graph
+            .reserve_more(items.len() + pending.len(), &slots.acquire())?;
+        self.graph.add_all(items, slots)?;
+        self.graph.add_all(&pending, slots)?;
+        self.drained(&pending);
+        Ok(())
     }
 
     /// The graph's candidates completed: graves dropped, the stored vectors equal to the
