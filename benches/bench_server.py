@@ -6,10 +6,12 @@
   the same client (httpx, keep-alive), 1 and 4 client processes. Goal: served >= 0.6x the
   floor with 4 clients; p50 with one client <= 1.0 ms.
 * durable single upserts served, 4 client processes (each a new row; a 2xx = durable).
-* ``recall`` served, when the store has it (API.md section 6).
-* the server's overhead per call (served p50 minus the in-process call) and an
-  extrapolation to a 16-core box from the server's CPU time per request (measured with
-  psutil), labelled as an extrapolation.
+* ``recall`` served, when the store has it (API.md section 6), against the same bare
+  endpoint in the same run (goal >= 0.5x with 4 clients).
+* the server's overhead per call: served p50 minus the in-process call (wall), and the
+  server's CPU time per request (psutil, every thread) minus the in-process call's CPU time
+  (CPU); and an extrapolation to a 16-core box from the server's CPU time per request,
+  labelled as an extrapolation.
 
 Goals are recorded in ``extra_info``, never asserted. Chroma's HTTP server is a heavy peer
 (``pip install chromadb``): not measured here (the issue's reference numbers for it were taken
@@ -180,12 +182,13 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
         for lo in range(0, data.n, 5000):
             s.upsert_many([data.memory(i, NS) for i in range(lo, min(lo + 5000, data.n))])
         qs = data.queries[:200]
-        for q in qs[:20]:
-            s.vector_search(NS, q, k=10)
-        t0 = time.perf_counter()
-        for q in qs:
-            s.vector_search(NS, q, k=10)
-        in_process = (time.perf_counter() - t0) / len(qs)
+        in_process = in_process_cpu = float("inf")
+        for _ in range(3):  # best of 3: the build's background checkpoint may still run
+            t0, c0 = time.perf_counter(), time.thread_time()
+            for q in qs:
+                s.vector_search(NS, q, k=10)
+            in_process = min(in_process, (time.perf_counter() - t0) / len(qs))
+            in_process_cpu = min(in_process_cpu, (time.thread_time() - c0) / len(qs))
     port = _port()
     env = {k: v for k, v in os.environ.items() if k != "MEMINI_ADMIN_KEY"}
     proc = subprocess.Popen(
@@ -205,7 +208,7 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
     )
     url = f"http://127.0.0.1:{port}"
     _wait_ready(url, proc)
-    yield {"url": url, "proc": proc, "in_process_s": in_process}
+    yield {"url": url, "proc": proc, "in_process_s": in_process, "in_process_cpu_s": in_process_cpu}
     _stop(proc)
 
 
@@ -232,6 +235,16 @@ def _search_bodies(data: D.Dataset) -> list[str]:
     return [
         json.dumps({"namespace": NS, "vector": q.tolist(), "k": 10}) for q in data.queries[:100]
     ]
+
+
+def _extrapolate(cpu_ms: float, search_cpu_ms: float, cores: int) -> float | None:
+    """Requests/s one server process could answer on ``cores`` cores: the lower of the
+    cores' bound (``cores`` / CPU per request) and the GIL's (1 / the CPU per request spent
+    outside the GIL-free search, at least 10% of it). An extrapolation from CPU time."""
+    if cpu_ms <= 0:
+        return None
+    gil_ms = max(cpu_ms - search_cpu_ms, 0.1 * cpu_ms)
+    return round(min(1000 * cores / cpu_ms, 1000 / gil_ms), 0)
 
 
 def test_served_vector_search_vs_bare_endpoint(
@@ -261,6 +274,7 @@ def test_served_vector_search_vs_bare_endpoint(
     benchmark.pedantic(run, rounds=1, iterations=1)
     s1, s4 = out["served_1c"], out["served_4c"]
     in_proc_ms = 1000 * served["in_process_s"]
+    in_cpu_ms = 1000 * served["in_process_cpu_s"]
     cpu = s4["server_cpu_ms_per_request"]
     info = {
         "rows": data.n,
@@ -272,9 +286,13 @@ def test_served_vector_search_vs_bare_endpoint(
         "goal_p50_1c_ms": 1.0,
         "in_process_ms_per_call": round(in_proc_ms, 3),
         "server_overhead_ms_per_call": round(s1["p50_ms"] - in_proc_ms, 3),
-        # An extrapolation, not a measurement: one server process; its Python part holds
-        # the GIL, so 1 / (CPU per request) bounds it whatever the core count.
-        "extrapolated_16_core_rps_one_process": round(1000 / cpu, 0) if cpu else None,
+        "in_process_cpu_ms_per_call": round(1000 * served["in_process_cpu_s"], 3),
+        "server_overhead_cpu_ms_per_call": round(cpu - in_cpu_ms, 3),
+        # An extrapolation, not a measurement: one server process on 16 cores, clients
+        # elsewhere. The search itself runs without the GIL (in parallel on every core); the
+        # rest of the server's CPU per request (Python: HTTP, decode, encode, event rows)
+        # holds it, so 1 / that bounds the process, and 16 cores / all of it bounds the box.
+        "extrapolated_16_core_rps_one_process": _extrapolate(cpu, in_cpu_ms, 16),
     }
     benchmark.extra_info.update(info)
     print("\nserved vector_search:", json.dumps(info, indent=1))
@@ -313,6 +331,7 @@ def test_served_durable_single_upserts(
 def test_served_recall(
     benchmark: Any,
     served: dict[str, Any],
+    bare: str,
     data: D.Dataset,
     tmp_path: Path,
     pytestconfig: pytest.Config,
@@ -336,8 +355,15 @@ def test_served_recall(
     out: dict[str, Any] = {}
 
     def run() -> None:
-        out.update(_load(served["url"], "/v1/recall", bodies, 4, seconds, tmp_path))
+        out["bare"] = _load(bare, "/", bodies, 4, seconds, tmp_path)
+        out["served"] = _load(served["url"], "/v1/recall", bodies, 4, seconds, tmp_path)
 
     benchmark.group = "server: recall"
     benchmark.pedantic(run, rounds=1, iterations=1)
-    benchmark.extra_info.update({f"served_4c_{k}": round(v, 3) for k, v in out.items()})
+    info: dict[str, Any] = {
+        f"{k}_4c_{m}": round(v, 3) for k, r in out.items() for m, v in r.items()
+    }
+    info["ratio_4c_vs_bare"] = round(out["served"]["rps"] / out["bare"]["rps"], 3)
+    info["goal_ratio_4c"] = 0.5
+    benchmark.extra_info.update(info)
+    print("\nserved recall:", json.dumps(info, indent=1))

@@ -1,11 +1,25 @@
 //! The group commit: writers queue operations; one leader runs a group of them in one
 //! transaction, commits once, applies the group's effects to the derived state and then
 //! acknowledges each writer with its own outcome (see the module docs of `engine`).
+//!
+//! Lingering and handing the lead on: writers acknowledged together come back at slightly
+//! different times. A leader that went on leading would run the first one back as a group
+//! of one while the rest queue behind its fsync, and its own next write would always miss
+//! the next group, so concurrent writers alternated between small groups. Instead a leader
+//! runs one group and hands the lead to the first writer queued meanwhile, and a leader
+//! that finds fewer writers queued than the largest of the last `RECENT` groups had waits
+//! until that many are queued, or for as long as the last group took (at most
+//! `MAX_LINGER`): no longer than if it had arrived during that group's commit. Writers that
+//! stopped writing are forgotten after `RECENT` groups; a lone writer never waits. Measured
+//! with 4 threads of single upserts into a new on-disk store (3 s, fdatasync counted with
+//! perf, loaded 2-core machine): before, 1,480 writes in ~850 commits (1.7 per commit,
+//! 490 writes/s); after, 2,720 writes in ~800 commits (3.4 per commit, 907 writes/s).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::tx::Tx;
 use super::{Counters, Engine, FaultPoint, Inner, State};
@@ -40,36 +54,89 @@ type Op = Box<dyn FnOnce(&mut Tx<'_>) -> Result<Out> + Send>;
 /// A queued operation and the slot its writer waits on.
 type Job = (Op, Arc<Slot>);
 
+/// What a queued writer is woken for: its outcome, or to lead the next group.
+enum Wake {
+    Done(Result<Out>),
+    Lead,
+}
+
 #[derive(Default)]
 struct Slot {
-    result: Mutex<Option<Result<Out>>>,
+    state: Mutex<SlotState>,
     cv: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    result: Option<Result<Out>>,
+    lead: bool,
 }
 
 impl Slot {
     fn put(&self, r: Result<Out>) {
-        *self.result.lock() = Some(r);
+        self.state.lock().result = Some(r);
         self.cv.notify_all();
     }
-    fn wait(&self) -> Result<Out> {
-        let mut g = self.result.lock();
+    /// Hands the lead to this (queued, not yet run) writer.
+    fn lead(&self) {
+        self.state.lock().lead = true;
+        self.cv.notify_all();
+    }
+    fn wait(&self) -> Wake {
+        let mut g = self.state.lock();
         loop {
-            if let Some(r) = g.take() {
-                return r;
+            if let Some(r) = g.result.take() {
+                return Wake::Done(r);
+            }
+            if std::mem::take(&mut g.lead) {
+                return Wake::Lead;
             }
             self.cv.wait(&mut g);
         }
     }
 }
 
-/// The write queue: jobs waiting for the next group, and whether a leader is running groups.
+/// The longest a leader waits for the writers of recent groups (see the module docs).
+const MAX_LINGER: Duration = Duration::from_millis(5);
+/// How many recent groups a leader expects writers from.
+const RECENT: usize = 8;
+
+/// The write queue: jobs waiting for the next group, whether a leader is running groups, and
+/// the sizes of the last `RECENT` groups and the duration of the last one (for lingering).
 #[derive(Default)]
 pub(super) struct Queue {
     jobs: Vec<Job>,
     leader: bool,
+    recent: [usize; RECENT],
+    groups: usize,
+    last_took: Duration,
+}
+
+/// Waits until as many jobs are queued as the largest recent group had, for at most as long
+/// as the last group took (and `MAX_LINGER`); returns at once when they had one writer.
+fn linger(queued: &Condvar, q: &mut MutexGuard<'_, Queue>) {
+    let want = q.recent.iter().copied().max().unwrap_or(0);
+    if want <= 1 || q.jobs.is_empty() || q.jobs.len() >= want {
+        return;
+    }
+    let deadline = Instant::now() + q.last_took.min(MAX_LINGER);
+    while q.jobs.len() < want {
+        if queued.wait_until(q, deadline).timed_out() {
+            break;
+        }
+    }
 }
 
 impl Engine {
+    /// Commit groups run since open: fewer than the writes when concurrent writes shared
+    /// commits (see the module docs).
+    ///
+    /// # Errors
+    /// `Closed` after close.
+    pub fn write_groups(&self) -> Result<usize> {
+        Ok(self.inner()?.queue.lock().groups)
+    }
+
     /// Queues a write and waits for its durable result (see the module docs).
     pub(super) fn submit<T: Send + 'static>(
         &self,
@@ -93,27 +160,55 @@ impl Engine {
         let slot = Arc::new(Slot::default());
         let mut q = inner.queue.lock();
         q.jobs.push((op, slot.clone()));
-        if !q.leader {
+        let mut leading = !q.leader;
+        if leading {
             q.leader = true;
-            loop {
-                let jobs = std::mem::take(&mut q.jobs);
-                if jobs.is_empty() {
-                    q.leader = false;
-                    break;
-                }
-                drop(q);
-                let unrun = inner.run_group(jobs);
-                q = inner.queue.lock();
-                // jobs a failed group never ran go first into the next one
-                q.jobs.splice(0..0, unrun);
-            }
+        } else {
+            inner.queued.notify_one();
         }
         drop(q);
-        slot.wait()
+        loop {
+            if leading {
+                inner.lead_one_group();
+            }
+            match slot.wait() {
+                Wake::Done(r) => return r,
+                Wake::Lead => leading = true,
+            }
+        }
     }
 }
 
 impl Inner {
+    /// Leads one group: lingers for the writers of recent groups, runs every queued job,
+    /// then hands the lead to the first writer queued meanwhile (or gives it up), so that
+    /// this writer is free to queue its next write behind it.
+    fn lead_one_group(&self) {
+        let mut q = self.queue.lock();
+        linger(&self.queued, &mut q);
+        let jobs = std::mem::take(&mut q.jobs);
+        let writers = jobs.len();
+        drop(q);
+        let started = Instant::now();
+        let unrun = if writers == 0 {
+            Vec::new()
+        } else {
+            self.run_group(jobs)
+        };
+        let took = started.elapsed();
+        let mut q = self.queue.lock();
+        if writers > 0 {
+            let slot = q.groups % RECENT;
+            (q.recent[slot], q.groups, q.last_took) = (writers, q.groups + 1, took);
+        }
+        // jobs a failed group never ran go first into the next one
+        q.jobs.splice(0..0, unrun);
+        match q.jobs.first() {
+            Some((_, next)) => next.lead(),
+            None => q.leader = false,
+        }
+    }
+
     /// Runs one commit group. Returns the jobs it did not run: those queued behind one that
     /// failed in the storage layer, which get their own outcome in the next group.
     fn run_group(&self, jobs: Vec<Job>) -> Vec<Job> {

@@ -16,7 +16,9 @@
 //!   need (room in the graphs), commits once (fsync), then applies the group's effects to the
 //!   columns and both indexes in commit order, and only then acknowledges every writer. An
 //!   operation validates before it writes anything, so a rejected one (`ConflictError`,
-//!   `NotFoundError`) leaves no trace and fails alone.
+//!   `NotFoundError`) leaves no trace and fails alone. A leader runs one group, then hands
+//!   the lead to a queued writer; it waits a little for the writers of recent groups first
+//!   (see `commit`).
 //! - No acknowledged write is invisible to search: when applying to an index fails after the
 //!   commit, the leader rebuilds that index from the rows before acknowledging; if that fails
 //!   too, the writers get the error and the index is marked damaged, refusing searches until a
@@ -45,7 +47,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 use serde::{Deserialize, Serialize};
 
 use crate::columns::Columns;
@@ -175,6 +177,8 @@ struct Inner {
     rows: RwLock<RowStore>,
     state: RwLock<State>,
     queue: Mutex<commit::Queue>,
+    /// Signalled when a write joins the queue (a lingering leader waits on it).
+    queued: Condvar,
     counters: Mutex<Counters>,
     faults: Faults,
     /// Set when a commit failed and the row store could not say whether it landed: the

@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::path::Path;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::checkpoint::{Checkpointer, Reason};
 use super::commit::Queue;
@@ -145,6 +145,7 @@ impl Engine {
             rows: RwLock::new(rows),
             state: RwLock::new(state),
             queue: Mutex::new(Queue::default()),
+            queued: Condvar::new(),
             counters: Mutex::new(counters),
             faults: Faults::default(),
             broken: Mutex::new(None),

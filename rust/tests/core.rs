@@ -257,3 +257,25 @@ fn churn_keeps_the_graph_exact_enough() {
     );
     assert_eq!(e.count("ns", &live()).unwrap(), n as usize);
 }
+
+#[test]
+fn concurrent_writers_share_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(Some(dir.path()), &opts(4)).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let e = &e;
+            s.spawn(move || {
+                for j in 0..25 {
+                    let v = vec![1.0, 0.0, j as f32, t as f32];
+                    let m = mem(&format!("w{t}-{j}"), "n", "row", Some(v));
+                    e.upsert_many(vec![m]).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(e.count("n", &live()).unwrap(), 200);
+    let groups = e.write_groups().unwrap();
+    assert!(groups < 200, "200 concurrent writes took {groups} commits");
+    e.close().unwrap();
+}

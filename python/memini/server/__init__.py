@@ -6,8 +6,9 @@ REST/JSON under ``/v1`` (one ``POST /v1/<method>`` per `Store` method, arguments
 (Starlette, uvicorn, orjson, mcp); ``import memini`` never imports this package.
 
 The stack, chosen by measurement (README, "Serving"): Starlette on uvicorn (uvloop +
-httptools), bodies with orjson. SIGTERM/SIGINT stop accepting, answer 503 to new calls on
-open connections, finish those in flight, write the queued event rows and close the store.
+httptools, each answer sent in one write: `memini.server._http`), bodies with orjson.
+SIGTERM/SIGINT stop accepting, answer 503 to new calls on open connections, finish those in
+flight, write the queued event rows and close the store.
 """
 
 from __future__ import annotations
@@ -191,6 +192,9 @@ class Server:
     def _config(self) -> _Uvicorn:
         config = uvicorn.Config(
             self.app,
+            http=_http_protocol(),
+            # nothing here reads the client's address: no X-Forwarded-* rewriting per request
+            proxy_headers=False,
             log_level="warning",
             access_log=False,
             lifespan="on",
@@ -231,6 +235,16 @@ class Server:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def _http_protocol() -> Any:
+    """uvicorn's httptools protocol sending each answer in one write (`_http`), or
+    uvicorn's own choice where httptools is not installed."""
+    try:
+        from memini.server._http import OneSendProtocol
+    except ImportError:  # pragma: no cover - httptools ships with uvicorn[standard]
+        return "auto"
+    return OneSendProtocol
 
 
 def _version() -> str:

@@ -196,6 +196,7 @@ class EventRecorder:
         self._prune_every = prune_every
         self._pending: list[Event] = []
         self._cond = threading.Condition()
+        self._writing = threading.Lock()  # one batch at a time, in queue order
         self._stop = False
         self.written = 0
         self.errors = 0
@@ -217,9 +218,8 @@ class EventRecorder:
             with self._cond:
                 if not self._stop:
                     self._cond.wait(self._flush_every)
-                batch, self._pending = self._pending, []
                 stop = self._stop
-            self._write(batch)
+            self.flush()
             if time.monotonic() - last_prune >= self._prune_every or stop:
                 last_prune = time.monotonic()
                 self.prune()
@@ -248,10 +248,13 @@ class EventRecorder:
             return 0
 
     def flush(self) -> None:
-        """Write what is queued now (for tests and before a snapshot)."""
-        with self._cond:
-            batch, self._pending = self._pending, []
-        self._write(batch)
+        """Write what is queued now (for tests and before a snapshot): when it returns,
+        every row queued before the call is in the log, also those of a batch the thread
+        was writing meanwhile."""
+        with self._writing:
+            with self._cond:
+                batch, self._pending = self._pending, []
+            self._write(batch)
 
     def close(self) -> None:
         """Write what is queued, prune, and stop the thread. Idempotent."""
