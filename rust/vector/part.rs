@@ -159,11 +159,17 @@ impl GraphPart {
         }
     }
 
+    /// Room for `more` added vectors and the pending ones [`GraphPart::add`] takes along.
     pub(super) fn reserve(&self, more: usize, p: &Permit<'_>) -> Result<()> {
         if self.frozen {
             return Ok(());
         }
-        self.graph.reserve_more(more, p)
+        self.graph.reserve_more(more + self.taken_along(more), p)
+    }
+
+    /// How many pending overlay vectors a write adding `added` takes into the graph with it.
+    fn taken_along(&self, added: usize) -> usize {
+        self.overlay.adds.len().min(added)
     }
 
     pub(super) fn add(&mut self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
@@ -181,7 +187,7 @@ impl GraphPart {
         }
         // as many vectors from the overlay go along (a bulk load drains it at its own pace,
         // a single write takes one more insert)
-        let pending = self.next_drain(items.len());
+        let pending = self.next_drain(self.taken_along(items.len()));
         self.graph
             .reserve_more(items.len() + pending.len(), &slots.acquire())?;
         self.graph.add_all(items, slots)?;
