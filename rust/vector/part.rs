@@ -197,7 +197,9 @@ impl GraphPart {
     }
 
     /// The graph's candidates completed: graves dropped, the stored vectors equal to the
-    /// query and the overlay's best passing `pass` added.
+    /// query and the overlay's best passing `pass` added; each key once (an equal vector the
+    /// graph found too, or one a drain has put in the graph but not yet out of the overlay,
+    /// would otherwise count twice towards the `k` a caller checks for).
     pub(super) fn complete(
         &self,
         mut cands: Vec<u64>,
@@ -213,6 +215,8 @@ impl GraphPart {
             self.overlay.adds.scan(&mut nearest, pass);
             cands.extend(nearest.into_keys());
         }
+        cands.sort_unstable();
+        cands.dedup();
         cands
     }
 
