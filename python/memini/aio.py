@@ -213,11 +213,16 @@ def _post(
         loop.call_soon_threadsafe(_settle, future, error, result)
 
 
+# a method's checks (making the core call's arguments) and its ``Engine.<name>_then``
+_Core = tuple[Callable[..., tuple[Any, ...]], str]
+
+
 def _native(
     store: Store,
-    core: tuple[Callable[..., tuple[Any, ...]], str],
+    core: _Core,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    after: Callable[[BaseException | None, Any], Any] | None = None,
 ) -> asyncio.Future[Any]:
     """A search started straight in the core: its checks run here (a few microseconds of
     the loop thread), then ``Engine.<name>_then`` runs it on a core thread that needs the
@@ -229,13 +234,37 @@ def _native(
     search that costs next to nothing (1000 rows, 8 dims, k=1; CPU from /proc schedstat,
     loaded machine): CPU per awaited call 44-53 -> 39-43 us, of which off the loop thread
     30-33 -> 20 us, on it 14-20 -> 19-23 us (the checks moved there).
+
+    ``after(error, result)``, when given, runs on the core thread within the same GIL take
+    once the call is over, whatever its outcome (not when the checks raise here): what it
+    returns completes the future, what it raises fails it (`memini.server` encodes the
+    answer there, off the event loop).
     """
     prepare, name = core
     call_args = prepare(store, *args, **kwargs)
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
-    getattr(store._engine, name)(*call_args, functools.partial(_post, loop, future))
+    done = (
+        functools.partial(_post, loop, future)
+        if after is None
+        else functools.partial(_post_after, loop, future, after)
+    )
+    getattr(store._engine, name)(*call_args, done)
     return future
+
+
+def _post_after(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    after: Callable[[BaseException | None, Any], Any],
+    error: BaseException | None,
+    result: Any,
+) -> None:
+    try:
+        result, error = after(error, result), None
+    except BaseException as e:  # handed to the awaiter
+        result, error = None, e
+    _post(loop, future, error, result)
 
 
 class _Coroutine(Generic[_P, _R]):
@@ -250,6 +279,7 @@ class _Coroutine(Generic[_P, _R]):
         makes the call's arguments, and the name of the `memini._core.Engine` method that
         runs it on the core's own threads (``<name>_then``, see `_native`)."""
         self._method = method
+        self.core = core
         self.__doc__ = method.__doc__
         self.__name__ = method.__name__
 
@@ -276,6 +306,18 @@ class _Coroutine(Generic[_P, _R]):
         if obj is None:
             return self
         return types.MethodType(self._call, obj)
+
+
+def _native_calls(store: Store) -> dict[str, _Core]:
+    """The methods ``store`` can start in the core (`_native`) by name: `vector_search` and
+    `keyword_search` of an embedded store, none of a PostgreSQL one."""
+    if not isinstance(store._engine, Engine):
+        return {}
+    return {
+        name: c.core
+        for name, c in vars(AsyncStore).items()
+        if isinstance(c, _Coroutine) and c.core is not None
+    }
 
 
 def _async_open(open_store: Callable[_P, Store]) -> Callable[_P, Coroutine[Any, Any, AsyncStore]]:
