@@ -287,6 +287,8 @@ impl Engine {
 
     /// Free-form statistics: (key, value) pairs of numbers, per namespace counts by tier.
     pub fn stats(&self) -> Result<Stats> {
+        // before the state: the lock order (see the module docs of `engine`)
+        let seq = self.inner()?.counters.lock().seq;
         self.read(|inner, st, _| {
             let mut namespaces = Vec::new();
             for (name, n) in &st.cols.namespaces {
@@ -309,6 +311,7 @@ impl Engine {
                 vector_pending: st.vectors.overlay_len(),
                 vector_routes: st.vectors.routes(),
                 checkpoints: inner.checkpoints.load(std::sync::atomic::Ordering::Relaxed),
+                changes_since_checkpoint: seq.saturating_sub(st.vector_seq),
                 keyword_docs: st.keyword.num_docs(),
                 keyword_segments: st.keyword.num_segments(),
                 bytes_on_disk: inner.dir.as_deref().map_or(0, dir_size),
@@ -341,6 +344,9 @@ pub struct Stats {
     pub vector_routes: Vec<(Route, u64)>,
     /// Index checkpoints taken since the store was opened.
     pub checkpoints: u64,
+    /// Changes committed since the last vector checkpoint began: what the next open replays,
+    /// and how far the next periodic checkpoint is (it starts at `CHECKPOINT_EVERY`).
+    pub changes_since_checkpoint: u64,
     /// Documents in the committed keyword index.
     pub keyword_docs: u64,
     /// Segments of the committed keyword index.

@@ -412,6 +412,7 @@ impl PyEngine {
         }
         d.set_item("vector_routes", routes)?;
         d.set_item("checkpoints", s.checkpoints)?;
+        d.set_item("changes_since_checkpoint", s.changes_since_checkpoint)?;
         d.set_item("keyword_docs", s.keyword_docs)?;
         d.set_item("keyword_segments", s.keyword_segments)?;
         d.set_item("bytes_on_disk", s.bytes_on_disk)?;
