@@ -242,24 +242,25 @@ async def test_searches_started_in_the_core_equal_the_stores() -> None:
 
 
 async def test_a_core_error_in_a_search_started_in_the_core_reaches_the_awaiter() -> None:
-    """The error path of Engine.*_then: the core refuses the call on its own thread (here a
-    query of the wrong length, which the facade would have caught) and done(error, None)
-    hands the memini error to the caller."""
+    """The error path of Engine.*_start: the core refuses the call on its own thread (here a
+    query of the wrong length, which the facade would have caught) and the loop's drain
+    completes the future with the memini error."""
     from memini._convert import filter_to_spec
     from memini._core import Engine
+    from memini.aio import _completions
 
     store = Store.open(None, dims=4)
     loop = asyncio.get_running_loop()
-    got: asyncio.Future[tuple[BaseException | None, object]] = loop.create_future()
-
-    def done(error: BaseException | None, result: object) -> None:
-        loop.call_soon_threadsafe(got.set_result, (error, result))
-
+    done = _completions(loop)
+    assert done is not None
+    future: asyncio.Future[object] = loop.create_future()
     engine = store._engine
     assert isinstance(engine, Engine)
-    engine.vector_search_then("n", np.zeros(3, dtype=np.float32), filter_to_spec(None), 10, done)
-    error, result = await got
-    assert isinstance(error, DimensionMismatchError) and result is None
+    engine.vector_search_start(
+        "n", np.zeros(3, dtype=np.float32), filter_to_spec(None), 10, future, done
+    )
+    with pytest.raises(DimensionMismatchError):
+        await future
     store.close()
 
 

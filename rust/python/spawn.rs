@@ -1,22 +1,25 @@
 //! Core calls started from asyncio (`memini.aio`): the call runs on one of the binding's own
-//! threads, and a Python callback receives its result there, with the GIL taken once.
+//! threads without the GIL, and its result is built on the event-loop thread.
 //!
-//! A Python worker thread running a `Store` method takes the GIL twice per call (to start,
-//! and to build the result), and its first take usually collides with the event-loop thread
-//! that just handed it the call and still holds the GIL: the worker wakes, waits, and wakes
-//! again. Here the arguments are extracted on the calling thread, the thread that runs the
-//! call needs no GIL until the result is built, and the callback (which completes the
-//! awaited future with `loop.call_soon_threadsafe`) is the last thing it does holding it.
+//! A finished call goes into the `Completions` queue of the awaiting event loop, which
+//! watches the queue's socket (`loop.add_reader`) and drains every call finished since it
+//! last looked in one callback: the results are built and the awaited futures completed
+//! there, on the thread that holds the GIL anyway. The thread that ran the call never takes
+//! the GIL, so it never waits for the loop thread (or for another core thread building its
+//! result), and the loop thread wakes once per batch of finished calls, not once per call
+//! plus once per GIL hand-over.
 //!
-//! The threads start on demand, at most [`MAX_THREADS`], and each keeps one Python thread
-//! state for its life (attached only while it builds a result and calls back).
+//! The threads start on demand, at most [`max_threads`], and never run Python code.
 
+use std::io::{ErrorKind, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
+use pyo3::exceptions::{PyOSError, PyRuntimeError};
+use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::errors::outcome;
@@ -56,7 +59,7 @@ impl Threads {
     fn submit(&self, job: Job) -> PyResult<()> {
         self.jobs
             .send(job)
-            .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("memini's threads are gone"))?;
+            .map_err(|_| PyRuntimeError::new_err("memini's threads are gone"))?;
         if self.idle.load(Ordering::Acquire) == 0 {
             self.start()?;
         }
@@ -71,33 +74,165 @@ impl Threads {
         let (queue, idle) = (Arc::clone(&self.queue), Arc::clone(&self.idle));
         std::thread::Builder::new()
             .name(format!("memini-aio-core-{started}"))
-            .spawn(move || {
-                // one thread state for the thread's life: attached only around a callback
-                Python::attach(|py| {
-                    py.detach(|| loop {
-                        idle.fetch_add(1, Ordering::AcqRel);
-                        let job = queue.lock().recv();
-                        idle.fetch_sub(1, Ordering::AcqRel);
-                        match job {
-                            Ok(job) => job(),
-                            Err(_) => return,
-                        }
-                    });
-                });
+            .spawn(move || loop {
+                idle.fetch_add(1, Ordering::AcqRel);
+                let job = queue.lock().recv();
+                idle.fetch_sub(1, Ordering::AcqRel);
+                match job {
+                    Ok(job) => job(),
+                    Err(_) => return,
+                }
             })
-            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("thread: {e}")))?;
+            .map_err(|e| PyRuntimeError::new_err(format!("thread: {e}")))?;
         *started += 1;
         Ok(())
     }
 }
 
-/// Runs `work(owner)` (core work, no GIL) on a binding thread, then with the GIL calls
-/// `done(error, result)`: `result` built by `convert`, or `error` the `memini.errors`
-/// exception of a core error or panic (or of `convert`). An exception raised by `done`
-/// itself is reported as unraisable.
+/// The socket pair that wakes an event loop: a Unix socket pair, or on other systems a
+/// loopback TCP connection (what a `selectors` event loop can watch there).
+#[cfg(unix)]
+type Wake = std::os::unix::net::UnixStream;
+#[cfg(not(unix))]
+type Wake = std::net::TcpStream;
+
+/// (the end the event loop watches, the end finished calls write to)
+fn wake_pair() -> std::io::Result<(Wake, Wake)> {
+    #[cfg(unix)]
+    let (rx, tx) = Wake::pair()?;
+    #[cfg(not(unix))]
+    let (rx, tx) = {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        let tx = Wake::connect(listener.local_addr()?)?;
+        tx.set_nodelay(true)?;
+        (listener.accept()?.0, tx)
+    };
+    rx.set_nonblocking(true)?;
+    tx.set_nonblocking(true)?;
+    Ok((rx, tx))
+}
+
+/// Builds a finished call's result (or its exception) with the GIL.
+type Build = Box<dyn for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>> + Send>;
+
+/// A call that has finished on a core thread, waiting for its event loop.
+struct Finished {
+    future: Py<PyAny>,
+    /// The object the call ran on, kept alive by the call; released with the GIL, here.
+    owner: Py<PyAny>,
+    build: Build,
+}
+
+#[derive(Default)]
+struct Queue {
+    finished: Vec<Finished>,
+    /// A byte is (or is about to be) in the socket for what `finished` holds: the loop will
+    /// drain, so a call finishing meanwhile need not write another.
+    poked: bool,
+}
+
+struct Inner {
+    queue: Mutex<Queue>,
+    /// The end the event loop watches.
+    rx: Wake,
+    tx: Wake,
+}
+
+impl Inner {
+    fn push(&self, done: Finished) {
+        let poke = {
+            let mut q = self.queue.lock();
+            q.finished.push(done);
+            !std::mem::replace(&mut q.poked, true)
+        };
+        if poke {
+            // WouldBlock: the socket's buffer is full, so it is readable already
+            let _ = (&self.tx).write(&[1]);
+        }
+    }
+}
+
+/// The calls finished for one event loop, which drains them (see the module's docs).
+///
+/// `memini.aio` makes one per event loop: ``loop.add_reader(c.fileno(), c.drain)``.
+#[pyclass(frozen, module = "memini._core")]
+pub struct Completions {
+    inner: Arc<Inner>,
+}
+
+#[pymethods]
+impl Completions {
+    #[new]
+    fn new() -> PyResult<Self> {
+        let io = |e: std::io::Error| PyOSError::new_err(format!("memini completions: {e}"));
+        let (rx, tx) = wake_pair().map_err(io)?;
+        let queue = Mutex::new(Queue::default());
+        Ok(Self {
+            inner: Arc::new(Inner { queue, rx, tx }),
+        })
+    }
+
+    /// The file descriptor (a socket) that is readable when calls have finished.
+    fn fileno(&self) -> i64 {
+        #[cfg(unix)]
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.inner.rx).into();
+        #[cfg(windows)]
+        let fd = std::os::windows::io::AsRawSocket::as_raw_socket(&self.inner.rx) as i64;
+        fd
+    }
+
+    /// Completes the future of every call finished since the last drain, in the order they
+    /// finished: its result, or its `memini.errors` exception (a future already done, i.e.
+    /// cancelled by its awaiter, is left alone and its result never built). Call it on the
+    /// futures' event-loop thread.
+    fn drain(&self, py: Python<'_>) {
+        let mut buf = [0u8; 64];
+        // empty the socket (until WouldBlock): its bytes only say "look", the queue says what
+        loop {
+            match (&self.inner.rx).read(&mut buf) {
+                Ok(n) if n > 0 => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                _ => break,
+            }
+        }
+        let finished = {
+            let mut q = self.inner.queue.lock();
+            q.poked = false;
+            std::mem::take(&mut q.finished)
+        };
+        for f in finished {
+            let future = f.future.bind(py);
+            let completed = future
+                .call_method0(intern!(py, "done"))
+                .and_then(|done| done.is_truthy())
+                .and_then(|done| {
+                    if done {
+                        return Ok(());
+                    }
+                    match (f.build)(py) {
+                        Ok(v) => future.call_method1(intern!(py, "set_result"), (v,)),
+                        Err(e) => {
+                            future.call_method1(intern!(py, "set_exception"), (e.into_value(py),))
+                        }
+                    }
+                    .map(drop)
+                });
+            if let Err(e) = completed {
+                e.write_unraisable(py, Some(future));
+            }
+            drop(f.owner);
+        }
+    }
+}
+
+/// Runs `work(owner)` (core work, no GIL) on a binding thread, then queues the call in
+/// `to` for its event loop, which completes `future` (see `Completions::drain`): with the
+/// result `convert` builds, or with the `memini.errors` exception of a core error or panic
+/// (or of `convert`).
 pub fn spawn<S, T>(
     owner: Py<S>,
-    done: Py<PyAny>,
+    future: Py<PyAny>,
+    to: &Completions,
     work: impl FnOnce(&S) -> crate::Result<T> + Send + 'static,
     convert: impl for<'py> FnOnce(Python<'py>, T) -> PyResult<Bound<'py, PyAny>> + Send + 'static,
 ) -> PyResult<()>
@@ -105,18 +240,13 @@ where
     S: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
     T: Send + 'static,
 {
+    let to = Arc::clone(&to.inner);
     Threads::get().submit(Box::new(move || {
         let out = catch_unwind(AssertUnwindSafe(|| work(owner.get())));
-        // None: the interpreter is shutting down, and nobody awaits the result any more
-        let _ = Python::try_attach(|py| {
-            let (error, result) = match outcome(py, out).and_then(|v| convert(py, v)) {
-                Ok(v) => (py.None(), v.unbind()),
-                Err(e) => (e.into_value(py).into_any(), py.None()),
-            };
-            if let Err(e) = done.call1(py, (error, result)) {
-                e.write_unraisable(py, None);
-            }
-            drop((done, owner));
+        to.push(Finished {
+            future,
+            owner: owner.into_any(),
+            build: Box::new(move |py| convert(py, outcome(py, out)?)),
         });
     }))
 }
