@@ -9,15 +9,15 @@
 //! result), and the loop thread wakes once per batch of finished calls, not once per call
 //! plus once per GIL hand-over.
 //!
-//! The threads start on demand, at most [`max_threads`], and never run Python code.
+//! The threads start on demand, at most [`max_threads`], and never run Python code; a call
+//! goes to the thread that finished last, and wakes it alone.
 
+use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use pyo3::exceptions::{PyOSError, PyRuntimeError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -33,59 +33,82 @@ fn max_threads() -> usize {
     (2 * cores + 4).min(256)
 }
 
+/// A thread waiting for a job: `submit` puts one in `slot` and wakes it.
+struct Idle {
+    slot: Mutex<Option<Job>>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
 struct Threads {
-    jobs: Sender<Job>,
-    queue: Arc<Mutex<Receiver<Job>>>,
-    /// Threads waiting for a job (or about to).
-    idle: Arc<AtomicUsize>,
-    started: Mutex<usize>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Jobs submitted while every thread was busy and no more could start, oldest first.
+    queued: VecDeque<Job>,
+    /// The waiting threads, the one that finished last on top: a job goes to it (its caches
+    /// are the warmest) and wakes it alone, so threads that stay idle sleep undisturbed.
+    idle: Vec<Arc<Idle>>,
+    started: usize,
 }
 
 static THREADS: OnceLock<Threads> = OnceLock::new();
 
 impl Threads {
     fn get() -> &'static Self {
-        THREADS.get_or_init(|| {
-            let (jobs, queue) = channel();
-            Self {
-                jobs,
-                queue: Arc::new(Mutex::new(queue)),
-                idle: Arc::new(AtomicUsize::new(0)),
-                started: Mutex::new(0),
+        THREADS.get_or_init(Self::default)
+    }
+
+    fn submit(&'static self, job: Job) -> PyResult<()> {
+        let mut state = self.state.lock();
+        if let Some(idle) = state.idle.pop() {
+            drop(state);
+            *idle.slot.lock() = Some(job);
+            idle.wake.notify_one();
+        } else if state.started < max_threads() {
+            let n = state.started;
+            state.started += 1;
+            drop(state);
+            if let Err(e) = std::thread::Builder::new()
+                .name(format!("memini-aio-core-{n}"))
+                .spawn(move || self.work(job))
+            {
+                self.state.lock().started -= 1;
+                return Err(PyRuntimeError::new_err(format!("starting a thread: {e}")));
             }
-        })
-    }
-
-    fn submit(&self, job: Job) -> PyResult<()> {
-        self.jobs
-            .send(job)
-            .map_err(|_| PyRuntimeError::new_err("memini's threads are gone"))?;
-        if self.idle.load(Ordering::Acquire) == 0 {
-            self.start()?;
+        } else {
+            state.queued.push_back(job);
         }
         Ok(())
     }
 
-    fn start(&self) -> PyResult<()> {
-        let mut started = self.started.lock();
-        if *started >= max_threads() {
-            return Ok(());
-        }
-        let (queue, idle) = (Arc::clone(&self.queue), Arc::clone(&self.idle));
-        std::thread::Builder::new()
-            .name(format!("memini-aio-core-{started}"))
-            .spawn(move || loop {
-                idle.fetch_add(1, Ordering::AcqRel);
-                let job = queue.lock().recv();
-                idle.fetch_sub(1, Ordering::AcqRel);
-                match job {
-                    Ok(job) => job(),
-                    Err(_) => return,
+    /// A thread's life: `job`, then the queued jobs, then each job it is handed.
+    fn work(&self, mut job: Job) {
+        let me = Arc::new(Idle {
+            slot: Mutex::new(None),
+            wake: Condvar::new(),
+        });
+        loop {
+            job();
+            let mut state = self.state.lock();
+            job = match state.queued.pop_front() {
+                Some(next) => next,
+                None => {
+                    state.idle.push(Arc::clone(&me));
+                    // the slot is locked before `submit` can find this thread: no lost wake-up
+                    let mut slot = me.slot.lock();
+                    drop(state);
+                    loop {
+                        if let Some(next) = slot.take() {
+                            break next;
+                        }
+                        me.wake.wait(&mut slot);
+                    }
                 }
-            })
-            .map_err(|e| PyRuntimeError::new_err(format!("thread: {e}")))?;
-        *started += 1;
-        Ok(())
+            };
+        }
     }
 }
 
