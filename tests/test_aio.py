@@ -241,6 +241,109 @@ async def test_searches_started_in_the_core_equal_the_stores() -> None:
             await s.vector_search("n", q, "tags")  # type: ignore[arg-type]
 
 
+async def test_many_searches_finishing_together_all_complete_with_their_own_results() -> None:
+    """Hundreds of searches in flight at once: each drain of the loop's completion queue
+    completes at most a batch (the rest on the next turn), and every awaiter gets the
+    result of its own call, equal to the Store's."""
+    rng = np.random.default_rng(11)
+    async with await AsyncStore.open(None, dims=8) as s:
+        await s.upsert_many(
+            [
+                Memory(id=f"m{i}", namespace="n", content=f"word{i % 7} row", embedding=v)
+                for i, v in enumerate(rng.random((300, 8)))
+            ]
+        )
+        qs = rng.random((300, 8)).astype(np.float32)
+        got = await asyncio.gather(
+            *(s.vector_search("n", q, k=3) for q in qs),
+            *(s.keyword_search("n", f"word{i % 7}", k=2) for i in range(100)),
+        )
+        want = [s.store.vector_search("n", q, k=3) for q in qs] + [
+            s.store.keyword_search("n", f"word{i % 7}", k=2) for i in range(100)
+        ]
+        assert [_scored(g) for g in got] == [_scored(w) for w in want]
+
+
+class _LoopWithoutReaders(asyncio.SelectorEventLoop):
+    """A loop that cannot watch a socket, as Windows' proactor loop."""
+
+    def add_reader(self, *args: Any) -> None:
+        raise NotImplementedError
+
+
+def test_a_loop_that_cannot_watch_a_socket_runs_searches_on_the_pool() -> None:
+    from memini import aio
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        rng = np.random.default_rng(2)
+        async with await AsyncStore.open(None, dims=4) as s:
+            await s.upsert_many(
+                [
+                    Memory(id=f"m{i}", namespace="n", content="red", embedding=rng.random(4))
+                    for i in range(20)
+                ]
+            )
+            q = rng.random(4)
+            got = [await s.vector_search("n", q), await s.keyword_search("n", "red")]
+            assert aio._LOOPS[asyncio.get_running_loop()] is None
+            return got, [s.store.vector_search("n", q), s.store.keyword_search("n", "red")]
+
+    with asyncio.Runner(loop_factory=_LoopWithoutReaders) as runner:
+        got, want = runner.run(main())
+    assert [_scored(g) for g in got] == [_scored(w) for w in want]
+
+
+def test_searches_from_two_event_loops_complete_on_their_own_loops() -> None:
+    """One AsyncStore awaited from two threads, each running its own loop: each loop drains
+    its own completion queue, and no future is completed from another loop."""
+    store = Store.open(None, dims=4)
+    rng = np.random.default_rng(4)
+    store.upsert_many(
+        [Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(4)) for i in range(50)]
+    )
+    s = AsyncStore(store)
+    qs = rng.random((200, 4)).astype(np.float32)
+    want = [_scored(store.vector_search("n", q, k=2)) for q in qs]
+    got: dict[int, list[Any]] = {}
+
+    def run(j: int) -> None:
+        async def main() -> list[Any]:
+            return list(await asyncio.gather(*(s.vector_search("n", q, k=2) for q in qs)))
+
+        got[j] = [_scored(r) for r in asyncio.run(main())]
+
+    threads = [threading.Thread(target=run, args=(j,)) for j in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {0: want, 1: want}
+    asyncio.run(s.close())
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
+def test_each_event_loop_releases_its_completion_socket() -> None:
+    """The socket pair a loop watches for finished searches goes when the loop goes: many
+    short asyncio.run calls leave no descriptors behind."""
+    import gc
+
+    store = Store.open(None, dims=2)
+    store.upsert(Memory(id="a", namespace="n", content="x", embedding=[1, 0]))
+    s = AsyncStore(store)
+
+    async def search() -> None:
+        assert len(await s.vector_search("n", [1, 0])) == 1
+
+    asyncio.run(search())  # the pool and the core threads exist from here on
+    gc.collect()
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    for _ in range(30):
+        asyncio.run(search())
+    gc.collect()
+    assert len(list(Path("/proc/self/fd").iterdir())) <= before
+    asyncio.run(s.close())
+
+
 async def test_a_core_error_in_a_search_started_in_the_core_reaches_the_awaiter() -> None:
     """The error path of Engine.*_start: the core refuses the call on its own thread (here a
     query of the wrong length, which the facade would have caught) and the loop's drain
