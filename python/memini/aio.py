@@ -244,7 +244,10 @@ def _native(
     two GIL takes per call (each can collide with the loop thread or another worker: the
     thread wakes, waits for the GIL, wakes again) and its Python frames; the result is built
     on the loop thread, which holds the GIL anyway, and several calls finishing together
-    wake the loop once.
+    wake the loop once. Measured against the core thread building the result itself and
+    completing the future with ``call_soon_threadsafe`` (99k rows, 2000 searches, /proc
+    schedstat, loaded machine): the core threads' voluntary context switches per call
+    2.3 -> 1.0 with one task awaiting, 1.4-1.9 -> 1.0 with two.
     """
     prepare, name = core
     call_args = prepare(store, *args, **kwargs)
