@@ -22,7 +22,7 @@ from memini import (
     StoreClosedError,
     StoreLockedError,
 )
-from memini.aio import AsyncStore, default_workers
+from memini.aio import AsyncStore, _completions, default_workers
 
 pytestmark = pytest.mark.anyio
 
@@ -350,7 +350,6 @@ async def test_a_core_error_in_a_search_started_in_the_core_reaches_the_awaiter(
     completes the future with the memini error."""
     from memini._convert import filter_to_spec
     from memini._core import Engine
-    from memini.aio import _completions
 
     store = Store.open(None, dims=4)
     loop = asyncio.get_running_loop()
@@ -365,6 +364,63 @@ async def test_a_core_error_in_a_search_started_in_the_core_reaches_the_awaiter(
     with pytest.raises(DimensionMismatchError):
         await future
     store.close()
+
+
+async def test_after_sees_every_outcome_of_a_search_started_in_the_core() -> None:
+    """`_native`'s ``after(error, result)`` runs on the loop once the call is over: what it
+    returns completes the future, what it raises fails it, and it runs even when the
+    awaiter cancelled meanwhile (a caller counting calls in flight relies on that)."""
+    from memini.aio import _native
+
+    rng = np.random.default_rng(8)
+    async with await AsyncStore.open(None, dims=4) as s:
+        await s.upsert_many(
+            [
+                Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(4))
+                for i in range(30)
+            ]
+        )
+        core = (Store._vector_search_args, "vector_search_start")
+        loop = asyncio.get_running_loop()
+        seen: list[tuple[BaseException | None, Any]] = []
+
+        def ids(error: BaseException | None, result: Any) -> list[str]:
+            seen.append((error, result))
+            if error is not None:
+                raise ValueError("after saw an error") from error
+            return [h.memory.id for h in result]
+
+        q = rng.random(4)
+        assert await _native(s.store, core, ("n", q), {"k": 3}, ids) == [
+            h.memory.id for h in s.store.vector_search("n", q, k=3)
+        ]
+        # a core error (the wrong length, past the facade's checks) reaches after, and
+        # what after raises fails the future
+        from memini._convert import filter_to_spec
+
+        bad = loop.create_future()
+        s.store._engine.vector_search_start(
+            "n",
+            np.zeros(3, dtype=np.float32),
+            filter_to_spec(None),
+            10,
+            bad,
+            _completions(loop),
+            ids,
+        )
+        with pytest.raises(ValueError, match="after saw an error"):
+            await bad
+        assert isinstance(seen[-1][0], DimensionMismatchError) and seen[-1][1] is None
+        # cancelled before the search finished: after still runs, the future stays cancelled
+        before = len(seen)
+        future = _native(s.store, core, ("n", q), {"k": 3}, ids)
+        future.cancel()
+        for _ in range(100):
+            if len(seen) > before:
+                break
+            await asyncio.sleep(0.01)
+        assert len(seen) == before + 1 and seen[-1][0] is None and len(seen[-1][1]) == 3
+        assert future.cancelled()
 
 
 async def test_a_cancelled_search_leaves_the_loop_clean() -> None:

@@ -15,6 +15,7 @@ objects (built by the core, with enum members, aware UTC datetimes and parsed me
 
 import asyncio
 import builtins
+from collections.abc import Callable
 from typing import Any, Literal, TypeAlias, TypedDict, final
 
 import numpy as np
@@ -102,9 +103,10 @@ class Completions:
     def fileno(self) -> int:
         """The socket that is readable when calls have finished."""
     def drain(self) -> None:
-        """Complete the future of every call finished since the last drain (its result, or
-        its `memini.errors` exception; a future already done is left alone). Call it on the
-        futures' event-loop thread."""
+        """Complete the future of each call finished since the last drain (its result, or
+        its `memini.errors` exception, through the call's ``after`` when it has one; a
+        future already done is left alone), at most 16 per drain. Call it on the futures'
+        event-loop thread."""
 
 @final
 class Engine:
@@ -188,8 +190,9 @@ class Engine:
         vector: npt.NDArray[np.float32],
         filter: FilterSpec,
         k: int,
-        future: asyncio.Future[builtins.list[Scored]],
+        future: asyncio.Future[Any],
         to: Completions,
+        after: Callable[[BaseException | None, builtins.list[Scored] | None], Any] | None = None,
     ) -> None: ...
     def keyword_search_start(
         self,
@@ -197,8 +200,9 @@ class Engine:
         query: str,
         filter: FilterSpec,
         k: int,
-        future: asyncio.Future[builtins.list[Scored]],
+        future: asyncio.Future[Any],
         to: Completions,
+        after: Callable[[BaseException | None, builtins.list[Scored] | None], Any] | None = None,
     ) -> None: ...
     def recall(
         self,

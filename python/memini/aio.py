@@ -232,13 +232,16 @@ def _native(
     core: tuple[Callable[..., tuple[Any, ...]], str],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    loop: asyncio.AbstractEventLoop,
-    done: Completions,
+    after: Callable[[BaseException | None, Any], Any] | None = None,
 ) -> asyncio.Future[Any]:
     """A search started straight in the core: its checks run here (a few microseconds of
     the loop thread), then ``Engine.<name>_start`` runs it on a core thread that never takes
-    the GIL, and queues it finished in ``done``, which the loop drains: it builds the result
-    and completes the future (see ``rust/python/spawn.rs``).
+    the GIL, and queues it finished in the running loop's `_completions`, which the loop
+    drains: it builds the result and completes the future (see ``rust/python/spawn.rs``).
+
+    ``after(error, result)``, when given, runs there too, once the call is over, whatever
+    its outcome (even when the future was cancelled meanwhile; not when the checks raise
+    here): what it returns completes the future, what it raises fails it.
 
     Against a worker thread of the pool running the `Store` method, this saves the worker's
     two GIL takes per call (each can collide with the loop thread or another worker: the
@@ -248,11 +251,18 @@ def _native(
     completing the future with ``call_soon_threadsafe`` (99k rows, 2000 searches, /proc
     schedstat, loaded machine): the core threads' voluntary context switches per call
     2.3 -> 1.0 with one task awaiting, 1.4-1.9 -> 1.0 with two.
+
+    Raises:
+        NotImplementedError: The running loop cannot watch a socket (see `_completions`).
     """
+    loop = asyncio.get_running_loop()
+    done = _completions(loop)
+    if done is None:
+        raise NotImplementedError(f"{type(loop).__name__} cannot watch a socket (add_reader)")
     prepare, name = core
     call_args = prepare(store, *args, **kwargs)
     future: asyncio.Future[Any] = loop.create_future()
-    getattr(store._engine, name)(*call_args, future, done)
+    getattr(store._engine, name)(*call_args, future, done, after)
     return future
 
 
@@ -276,10 +286,12 @@ class _Coroutine(Generic[_P, _R]):
         async def call(obj: AsyncStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             if obj._closed:  # the store raises StoreClosedError at once: no thread needed
                 return method(obj._store, *args, **kwargs)
-            if core is not None and obj._native:
-                loop = asyncio.get_running_loop()
-                if (done := _completions(loop)) is not None:
-                    return cast(_R, await _native(obj._store, core, args, kwargs, loop, done))
+            if (
+                core is not None
+                and obj._native
+                and _completions(asyncio.get_running_loop()) is not None
+            ):
+                return cast(_R, await _native(obj._store, core, args, kwargs))
             return await _dispatch(obj._pool, method, (obj._store, *args), kwargs)
 
         self._call = call

@@ -145,9 +145,11 @@ const DRAIN_BATCH: usize = 16;
 /// A call that has finished on a core thread, waiting for its event loop.
 struct Finished {
     future: Py<PyAny>,
-    /// The object the call ran on, kept alive by the call; released with the GIL, here.
+    /// The object the call ran on, kept alive by the call; released with the GIL (drain).
     owner: Py<PyAny>,
     build: Build,
+    /// `after(error, result)`: what it returns completes the future, what it raises fails it.
+    after: Option<Py<PyAny>>,
 }
 
 #[derive(Default)]
@@ -214,8 +216,9 @@ impl Completions {
     }
 
     /// Completes the future of each call finished since the last drain, in the order they
-    /// finished: its result, or its `memini.errors` exception (a future already done, i.e.
-    /// cancelled by its awaiter, is left alone and its result never built). At most
+    /// finished: its result, or its `memini.errors` exception, through the call's `after`
+    /// when it has one (a future already done, i.e. cancelled by its awaiter, is left
+    /// alone, its result built only for `after`). At most
     /// [`DRAIN_BATCH`] calls per drain: with more, the socket is poked again, and the rest wait
     /// for the loop's next turn, after the callbacks that are ready, so one drain never holds
     /// the loop for long. Call it on the futures' event-loop thread.
@@ -243,38 +246,64 @@ impl Completions {
             self.inner.poke();
         }
         for f in finished {
-            let future = f.future.bind(py);
-            let completed = future
-                .call_method0(intern!(py, "done"))
-                .and_then(|done| done.is_truthy())
-                .and_then(|done| {
-                    if done {
-                        return Ok(());
-                    }
-                    match (f.build)(py) {
-                        Ok(v) => future.call_method1(intern!(py, "set_result"), (v,)),
-                        Err(e) => {
-                            future.call_method1(intern!(py, "set_exception"), (e.into_value(py),))
-                        }
-                    }
-                    .map(drop)
-                });
-            if let Err(e) = completed {
-                e.write_unraisable(py, Some(future));
+            let future = f.future.clone_ref(py);
+            if let Err(e) = f.complete(py) {
+                e.write_unraisable(py, Some(future.bind(py)));
             }
-            drop(f.owner);
         }
     }
 }
 
-/// Runs `work(owner)` (core work, no GIL) on a binding thread, then queues the call in
-/// `to` for its event loop, which completes `future` (see `Completions::drain`): with the
-/// result `convert` builds, or with the `memini.errors` exception of a core error or panic
-/// (or of `convert`).
+impl Finished {
+    /// Completes the future with the result (or exception), passed through `after` when
+    /// given. A future already done (cancelled by its awaiter) is left alone, and its result
+    /// is built only for `after`, which runs whatever the outcome.
+    fn complete(self, py: Python<'_>) -> PyResult<()> {
+        let Self {
+            future,
+            owner,
+            build,
+            after,
+        } = self;
+        let future = future.bind(py);
+        let cancelled = future.call_method0(intern!(py, "done"))?.is_truthy()?;
+        if cancelled && after.is_none() {
+            return Ok(());
+        }
+        let mut out = build(py);
+        drop(owner); // the call's object, no longer needed: released with the GIL
+        if let Some(after) = after {
+            let none = py.None().into_bound(py);
+            out = match out {
+                Ok(v) => after.bind(py).call1((none, v)),
+                Err(e) => after.bind(py).call1((e.into_value(py), none)),
+            };
+        }
+        if cancelled {
+            return Ok(());
+        }
+        match out {
+            Ok(v) => future.call_method1(intern!(py, "set_result"), (v,)),
+            Err(e) => future.call_method1(intern!(py, "set_exception"), (e.into_value(py),)),
+        }
+        .map(drop)
+    }
+}
+
+/// Where a spawned call's outcome goes: `future`, completed by the loop draining `to`,
+/// through `after(error, result)` when given (see `Completions::drain`).
+pub struct Awaited<'a> {
+    pub future: Py<PyAny>,
+    pub to: &'a Completions,
+    pub after: Option<Py<PyAny>>,
+}
+
+/// Runs `work(owner)` (core work, no GIL) on a binding thread, then queues the call for its
+/// event loop, which completes the awaited future: with the result `convert` builds, or with
+/// the `memini.errors` exception of a core error or panic (or of `convert`).
 pub fn spawn<S, T>(
     owner: Py<S>,
-    future: Py<PyAny>,
-    to: &Completions,
+    awaited: Awaited<'_>,
     work: impl FnOnce(&S) -> crate::Result<T> + Send + 'static,
     convert: impl for<'py> FnOnce(Python<'py>, T) -> PyResult<Bound<'py, PyAny>> + Send + 'static,
 ) -> PyResult<()>
@@ -282,6 +311,7 @@ where
     S: pyo3::PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync,
     T: Send + 'static,
 {
+    let Awaited { future, to, after } = awaited;
     let to = Arc::clone(&to.inner);
     Threads::get().submit(Box::new(move || {
         let out = catch_unwind(AssertUnwindSafe(|| work(owner.get())));
@@ -289,6 +319,7 @@ where
             future,
             owner: owner.into_any(),
             build: Box::new(move |py| convert(py, outcome(py, out)?)),
+            after,
         });
     }))
 }
