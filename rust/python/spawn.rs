@@ -17,7 +17,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyOSError, PyRuntimeError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -33,10 +33,10 @@ fn max_threads() -> usize {
     (2 * cores + 4).min(256)
 }
 
-/// A thread waiting for a job: `submit` puts one in `slot` and wakes it.
+/// A thread waiting for a job: `submit` puts one in `slot` and unparks it.
 struct Idle {
     slot: Mutex<Option<Job>>,
-    wake: Condvar,
+    thread: std::thread::Thread,
 }
 
 #[derive(Default)]
@@ -66,7 +66,7 @@ impl Threads {
         if let Some(idle) = state.idle.pop() {
             drop(state);
             *idle.slot.lock() = Some(job);
-            idle.wake.notify_one();
+            idle.thread.unpark();
         } else if state.started < max_threads() {
             let n = state.started;
             state.started += 1;
@@ -88,24 +88,23 @@ impl Threads {
     fn work(&self, mut job: Job) {
         let me = Arc::new(Idle {
             slot: Mutex::new(None),
-            wake: Condvar::new(),
+            thread: std::thread::current(),
         });
         loop {
             job();
             let mut state = self.state.lock();
-            job = match state.queued.pop_front() {
-                Some(next) => next,
-                None => {
-                    state.idle.push(Arc::clone(&me));
-                    // the slot is locked before `submit` can find this thread: no lost wake-up
-                    let mut slot = me.slot.lock();
-                    drop(state);
-                    loop {
-                        if let Some(next) = slot.take() {
-                            break next;
-                        }
-                        me.wake.wait(&mut slot);
+            job = if let Some(next) = state.queued.pop_front() {
+                next
+            } else {
+                state.idle.push(Arc::clone(&me));
+                drop(state);
+                // an unpark that comes before the park makes it return at once: no lost
+                // wake-up, and `submit` never waits for this thread to fall asleep
+                loop {
+                    if let Some(next) = me.slot.lock().take() {
+                        break next;
                     }
+                    std::thread::park();
                 }
             };
         }
