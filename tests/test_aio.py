@@ -293,6 +293,31 @@ def test_a_loop_that_cannot_watch_a_socket_runs_searches_on_the_pool() -> None:
     assert [_scored(g) for g in got] == [_scored(w) for w in want]
 
 
+def test_searches_started_in_the_core_on_uvloop() -> None:
+    """uvloop (what uvicorn runs on) watches the completion socket as asyncio's loops do."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> None:
+        rng = np.random.default_rng(6)
+        async with await AsyncStore.open(None, dims=4) as s:
+            await s.upsert_many(
+                [
+                    Memory(id=f"m{i}", namespace="n", content=f"w{i % 3}", embedding=v)
+                    for i, v in enumerate(rng.random((40, 4)))
+                ]
+            )
+            qs = rng.random((20, 4))
+            got = await asyncio.gather(
+                *(s.vector_search("n", q, k=2) for q in qs), s.keyword_search("n", "w1")
+            )
+            assert _completions(asyncio.get_running_loop()) is not None
+            want = [s.store.vector_search("n", q, k=2) for q in qs]
+            want.append(s.store.keyword_search("n", "w1"))
+            assert [_scored(g) for g in got] == [_scored(w) for w in want]
+
+    uvloop.run(main())
+
+
 def test_searches_from_two_event_loops_complete_on_their_own_loops() -> None:
     """One AsyncStore awaited from two threads, each running its own loop: each loop drains
     its own completion queue, and no future is completed from another loop."""
