@@ -6,6 +6,7 @@ client. Every test talks HTTP to a real server on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import math
@@ -265,6 +266,47 @@ def test_served_searches_and_writes_are_logged(
     assert key_a.list_events(EventFilter(namespace="team/a"))
     with pytest.raises(AuthError):
         key_a.list_events(EventFilter(namespace="team/b"))
+
+
+def test_overlapping_searches_answer_and_log_as_the_store_does(
+    served: Server, key_a: memini.RemoteStore, admin: memini.RemoteStore
+) -> None:
+    """Searches that overlap start in the core (decoded on the event loop, encoded by the
+    core thread): the same answers as the store in process, one logged operation each,
+    errors raised as they are, and nothing left counted in flight."""
+    store = served.service.store
+    queries = [vec(i / 4) for i in range(12)]
+    calls = 8 * len(queries)
+
+    def one(i: int) -> tuple[list[str], list[str]]:
+        q = queries[i % len(queries)]
+        got = [h.memory.id for h in key_a.vector_search("team/a", q, k=3)]
+        words = [h.memory.id for h in key_a.keyword_search("team/a", "cats", k=3)]
+        with pytest.raises(DimensionMismatchError):
+            key_a.vector_search("team/a", [1.0, 2.0], k=3)
+        with pytest.raises(AuthError):
+            key_a.vector_search("team/b", q, k=3)
+        return got, words
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(calls)))
+    for i, (got, words) in enumerate(answers):
+        q = queries[i % len(queries)]
+        assert got == [h.memory.id for h in store.vector_search("team/a", q, k=3)]
+        assert words == [h.memory.id for h in store.keyword_search("team/a", "cats", k=3)]
+    assert served.service.in_flight == 0
+    assert served.service.recorder is not None
+    served.service.recorder.flush()
+    events = admin.list_events(EventFilter(namespace="team/a", kinds=[EventKind.RECALL]))
+    ops: dict[str, list[memini.Event]] = {}
+    for e in events:
+        ops.setdefault(e.op_id, []).append(e)
+    assert len(ops) == 2 * calls  # the refused calls are not logged
+    assert all(len(rows) == 3 for rows in ops.values())
+    assert all(
+        sorted(e.rank for e in rows) == [0, 1, 2] and all(e.memory_id for e in rows)
+        for rows in ops.values()
+    )
 
 
 def test_event_log_is_pruned_by_retention(tmp_path: Path) -> None:

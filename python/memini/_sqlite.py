@@ -659,7 +659,10 @@ class MetaDB:
             InvalidArgumentError: A malformed event (nothing from the batch is stored).
             StoreClosedError: The database is closed.
         """
-        rows = _events.prepare_events(events)
+        self.append_event_rows(_events.prepare_events(events))
+
+    def append_event_rows(self, rows: Sequence[_events.EventRow]) -> None:
+        """`append_events` of rows built by `memini.events.event_row` (checked already)."""
         if not rows:
             with self._locked():
                 return

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import inspect
 import json
 import math
@@ -551,14 +552,12 @@ class Method:
                 f"the body of {self.name} must be a JSON object of its arguments by name"
             )
         out: dict[str, Any] = {}
+        decoders = self._decoders
         for key, value in body.items():
-            hint = self.params.get(key)
-            if hint is None:
-                raise InvalidArgumentError(
-                    f"{self.name}() got an unknown argument {key!r} "
-                    f"(arguments: {', '.join(self.params) or 'none'})"
-                )
-            if key == self.var_keyword:
+            dec = decoders.get(key)
+            if dec is not None:
+                out[key] = dec(value, key)
+            elif key == self.var_keyword:
                 if isinstance(value, dict):
                     value = _unmark(value, key)
                 if not isinstance(value, dict):
@@ -566,15 +565,28 @@ class Method:
                 memory_hints = _memory_hints()
                 out[key] = {k: decode(v, memory_hints.get(k, Any), k) for k, v in value.items()}
             else:
-                out[key] = decode(value, hint, key)
-        for name, p in self.signature.parameters.items():
-            if (
-                p.default is inspect.Parameter.empty
-                and p.kind is not inspect.Parameter.VAR_KEYWORD
-                and name not in out
-            ):
+                raise InvalidArgumentError(
+                    f"{self.name}() got an unknown argument {key!r} "
+                    f"(arguments: {', '.join(self.params) or 'none'})"
+                )
+        for name in self._required:
+            if name not in out:
                 raise InvalidArgumentError(f"{self.name}() lacks the argument {name!r}")
         return out
+
+    @functools.cached_property
+    def _decoders(self) -> dict[str, _Dec]:
+        """The decoder of each argument but ``**fields`` (looked up once, not per call:
+        hashing an annotation such as ``npt.ArrayLike`` costs microseconds)."""
+        return {k: _decoder(h) for k, h in self.params.items() if k != self.var_keyword}
+
+    @functools.cached_property
+    def _required(self) -> tuple[str, ...]:
+        return tuple(
+            name
+            for name, p in self.signature.parameters.items()
+            if p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD
+        )
 
     def call(self, store: Any, args: Mapping[str, Any]) -> Any:
         """Call the method on ``store`` with decoded arguments."""

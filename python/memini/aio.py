@@ -227,9 +227,13 @@ def _completions(loop: asyncio.AbstractEventLoop) -> Completions | None:
     return done
 
 
+# a method's checks (making the core call's arguments) and its ``Engine.<name>_start``
+_Core = tuple[Callable[..., tuple[Any, ...]], str]
+
+
 def _native(
     store: Store,
-    core: tuple[Callable[..., tuple[Any, ...]], str],
+    core: _Core,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     after: Callable[[BaseException | None, Any], Any] | None = None,
@@ -278,6 +282,7 @@ class _Coroutine(Generic[_P, _R]):
         makes the call's arguments, and the name of the `memini._core.Engine` method that
         runs it on the core's own threads (``<name>_start``, see `_native`)."""
         self._method = method
+        self.core = core
         self.__doc__ = method.__doc__
         self.__name__ = method.__name__
 
@@ -308,6 +313,18 @@ class _Coroutine(Generic[_P, _R]):
         if obj is None:
             return self
         return types.MethodType(self._call, obj)
+
+
+def _native_calls(store: Store) -> dict[str, _Core]:
+    """The methods ``store`` can start in the core (`_native`) by name: `vector_search` and
+    `keyword_search` of an embedded store, none of a PostgreSQL one."""
+    if not isinstance(store._engine, Engine):
+        return {}
+    return {
+        name: c.core
+        for name, c in vars(AsyncStore).items()
+        if isinstance(c, _Coroutine) and c.core is not None
+    }
 
 
 def _async_open(open_store: Callable[_P, Store]) -> Callable[_P, Coroutine[Any, Any, AsyncStore]]:

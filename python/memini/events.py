@@ -67,6 +67,7 @@ __all__ = [
     "EventQuery",
     "append_events",
     "check_event",
+    "event_row",
     "import_events",
     "list_events",
     "next_event_id",
@@ -134,26 +135,59 @@ def _event_row(
         raise InvalidArgumentError(f"{what} must be an Event, got {type(event).__name__}")
     if event.detail is None:  # unlike Memory.metadata, None is not read as {}
         raise InvalidArgumentError(f"{what}.detail must be a dict with str keys, got None")
-    query = check_text(event.query, f"{what}.query")
-    summary = check_text(event.memory_summary, f"{what}.memory_summary")
     tier = event.memory_tier
-    return (
+    return event_row(
         check_text(event.op_id, f"{what}.op_id", non_empty=True),
         coerce_enum(EventKind, event.kind, f"{what}.kind").value,
         check_text(event.namespace, f"{what}.namespace"),
-        query,
+        check_text(event.query, f"{what}.query"),
         check_text(event.memory_id, f"{what}.memory_id"),
         check_text(event.memory_ns, f"{what}.memory_ns"),
         None
         if tier is None or tier == ""
         else coerce_enum(Tier, tier, f"{what}.memory_tier").value,
-        summary,
+        check_text(event.memory_summary, f"{what}.memory_summary"),
         check_int(event.rank, f"{what}.rank"),
         check_opt_float(event.score, f"{what}.score"),
         _detail_json(event.detail, what, details),
         now if event.created_at is None else to_micros(event.created_at, f"{what}.created_at"),
+    )
+
+
+def event_row(
+    op_id: str,
+    kind: str,
+    namespace: str,
+    query: str,
+    memory_id: str,
+    memory_ns: str,
+    memory_tier: str | None,
+    memory_summary: str,
+    rank: int,
+    score: float | None,
+    detail: str,
+    created_at: int,
+) -> EventRow:
+    """The stored row of an event whose values are checked already (the one home of the
+    column order): enum values as str, ``detail`` as JSON text, ``created_at`` in
+    microseconds. `prepare_events` checks an `Event` and builds its row here; a caller that
+    makes its rows from values it holds valid (the server's log of served calls, ~10 rows
+    per search) builds them here directly, without an `Event` per row."""
+    return (
+        op_id,
+        kind,
+        namespace,
+        query,
+        memory_id,
+        memory_ns,
+        memory_tier,
+        memory_summary,
+        rank,
+        score,
+        detail,
+        created_at,
         _fold(query),
-        _fold(summary),
+        _fold(memory_summary),
     )
 
 

@@ -49,6 +49,7 @@ from memini.types import (
 
 if TYPE_CHECKING:  # memini.postgres imports psycopg: only Store.open of a URL loads it
     from memini._core import FilterSpec
+    from memini.events import EventRow
     from memini.postgres import PgEngine, PgMeta
 
 __all__ = ["Store"]
@@ -1160,6 +1161,12 @@ class Store:
         """Append a batch in one transaction, with contiguous ids in list order."""
         self._check()
         self._meta.append_events(events)
+
+    def _append_event_rows(self, rows: builtins.list[EventRow]) -> None:
+        """`append_events` of rows built by `memini.events.event_row` from values known
+        valid (the server's log of served calls: no `Event` per row, no second check)."""
+        self._check()
+        self._meta.append_event_rows(rows)
 
     def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]:
         """Events newest first (created_at desc, id desc), as API.md's EventFilter selects."""

@@ -952,7 +952,9 @@ class PgMeta:
             _meta.rename_api_key_namespaces(conn, from_ns, to_ns)
 
     def append_events(self, events: Iterable[Event]) -> None:
-        rows = ev.prepare_events(events)
+        self.append_event_rows(ev.prepare_events(events))
+
+    def append_event_rows(self, rows: Sequence[ev.EventRow]) -> None:
         if not rows:
             self.ping()
             return

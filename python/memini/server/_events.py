@@ -1,6 +1,6 @@
 """The event log of served calls (API.md section 8): every recall, search and write.
 
-`events_for` turns one served call into its rows: one operation id per call; a search or
+`event_rows` turns one served call into its rows: one operation id per call; a search or
 recall gives one row per hit (``rank`` 0-based, ``score``, the hit's id, namespace, tier and
 summary) or a single row when nothing was found; a write gives one row per memory written
 (``remember`` / ``update`` / ``forget`` / ``supersede``), link and key changes one
@@ -23,10 +23,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from memini._values import metadata_to_json, now_micros
+from memini.events import EventRow, event_row
 from memini.store import Store
-from memini.types import Event, EventKind, Memory, Tier, new_id
+from memini.types import EventKind, Memory, Tier, new_id
 
-__all__ = ["EventRecorder", "events_for"]
+__all__ = ["EventRecorder", "event_rows"]
 
 _LOG = logging.getLogger("memini.server")
 _SUMMARY_CHARS: Final = 200
@@ -62,86 +64,118 @@ def _summary(m: Memory) -> str:
     return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
 
 
-def _tier(value: object) -> Tier | None:
+def _tier(value: object) -> str | None:
+    """A tier's value (a `Tier` member or its string), None for anything else."""
+    if isinstance(value, Tier):
+        return value.value
     try:
-        return Tier(value) if isinstance(value, str) else None
+        return Tier(value).value if isinstance(value, str) else None
     except ValueError:
         return None
 
 
-def _hits(
-    op: str, kind: EventKind, ns: str, query: str, hits: list[Any], detail: dict[str, Any]
-) -> list[Event]:
-    rows = []
-    for rank, hit in enumerate(hits):
-        m: Memory = hit.memory
-        rows.append(
-            Event(
-                op_id=op,
-                kind=kind,
-                namespace=ns,
-                query=query,
-                memory_id=m.id,
-                memory_ns=m.namespace,
-                memory_tier=m.tier,
-                memory_summary=_summary(m),
-                rank=rank,
-                score=float(hit.score),
-                detail=detail,
+def _text(value: object) -> str:
+    """A caller's text as it can be stored: a lone surrogate (which no store keeps) replaced."""
+    if not isinstance(value, str):
+        return ""
+    return value if value.isascii() else value.encode("utf-8", "replace").decode("utf-8")
+
+
+class _Call:
+    """The values every row of one served call shares, and its rows as they are built."""
+
+    __slots__ = ("kind", "now", "ns", "op", "rows")
+
+    def __init__(self, kind: EventKind, ns: str) -> None:
+        self.op = new_id()
+        self.kind = kind.value
+        self.ns = ns
+        self.now = now_micros()
+        self.rows: list[EventRow] = []
+
+    def row(
+        self,
+        detail: str,
+        *,
+        namespace: str | None = None,
+        query: str = "",
+        memory_id: str = "",
+        memory_ns: str = "",
+        tier: str | None = None,
+        summary: str = "",
+        rank: int = 0,
+        score: float | None = None,
+    ) -> None:
+        ns = self.ns if namespace is None else namespace
+        self.rows.append(
+            event_row(
+                self.op, self.kind, ns, query, memory_id, memory_ns, tier, summary, rank,
+                score, detail, self.now,
             )
-        )
-    return rows or [Event(op_id=op, kind=kind, namespace=ns, query=query, detail=detail)]
+        )  # fmt: skip
+
+    def hits(self, query: str, hits: list[Any], detail: dict[str, Any]) -> None:
+        """One row per hit (or one row when nothing was found)."""
+        text = metadata_to_json(detail, "detail")
+        if not hits:
+            self.row(text, query=query)
+        for rank, hit in enumerate(hits):
+            m: Memory = hit.memory
+            self.rows.append(
+                event_row(
+                    self.op, self.kind, self.ns, query, m.id, m.namespace, m.tier.value,
+                    _summary(m), rank, float(hit.score), text, self.now,
+                )
+            )  # fmt: skip
 
 
-def events_for(method: str, args: Mapping[str, Any], result: Any, caller: str) -> list[Event]:
-    """The event rows of one served call that succeeded (``[]`` for calls not logged)."""
+def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -> list[EventRow]:
+    """The event-log rows of one served call that succeeded (``[]`` for calls not logged).
+
+    Built straight as stored rows (`memini.events.event_row`) from values the store has
+    checked or returned, never from the caller's raw input: ~10 `Event` objects per search
+    and their second check cost more than the search's own Python.
+    """
     kind = EventKind.RECALL if method in _SEARCHES else _KINDS.get(method)
     if kind is None:
         return []
-    op = new_id()
     detail: dict[str, Any] = {"method": method, "caller": caller}
     raw_ns = args.get("namespace", args.get("from_ns", args.get("src", "")))
     ns = raw_ns if isinstance(raw_ns, str) else ",".join(str(n) for n in raw_ns or ())
+    call = _Call(kind, ns)
     if method in _SEARCHES:
         detail["k"] = args.get("k", 10)
-        query = args.get("query", "")
-        query = query if isinstance(query, str) else ""
+        query = _text(args.get("query", ""))
         if method == "vector_search_many":
-            out: list[Event] = []
             for i, hits in enumerate(result):
-                out += _hits(op, kind, ns, query, hits, {**detail, "query_index": i})
-            return out
-        return _hits(op, kind, ns, query, result, detail)
+                call.hits(query, hits, {**detail, "query_index": i})
+        else:
+            call.hits(query, result, detail)
+        return call.rows
     if method in ("upsert", "upsert_many"):
         memories = [args["memory"]] if method == "upsert" else list(args["memories"])
-        return [
-            Event(
-                op_id=op,
-                kind=kind,
+        text = metadata_to_json(detail, "detail")
+        for i, m in enumerate(memories):
+            call.row(
+                text,
                 namespace=m.namespace,
                 memory_id=m.id,
                 memory_ns=m.namespace,
-                memory_tier=_tier(m.tier),
-                memory_summary=_summary(m),
+                tier=_tier(m.tier),
+                summary=_summary(m),
                 rank=i,
-                detail=detail,
             )
-            for i, m in enumerate(memories)
-        ]
+        return call.rows
     if method == "update" and isinstance(result, Memory):
         detail["fields"] = sorted(args.get("fields", {}))
-        return [
-            Event(
-                op_id=op,
-                kind=kind,
-                namespace=ns,
-                memory_id=result.id,
-                memory_ns=result.namespace,
-                memory_tier=result.tier,
-                memory_summary=_summary(result),
-                detail=detail,
-            )
-        ]
+        call.row(
+            metadata_to_json(detail, "detail"),
+            memory_id=result.id,
+            memory_ns=result.namespace,
+            tier=result.tier.value,
+            summary=_summary(result),
+        )
+        return call.rows
     if isinstance(result, int) and not isinstance(result, bool):
         detail["count"] = result
     ids = args.get("ids")
@@ -149,7 +183,7 @@ def events_for(method: str, args: Mapping[str, Any], result: Any, caller: str) -
         detail["ids"] = [i for i in ids if isinstance(i, str)][:100]
     if method == "put_link":
         link = args["link"]
-        ns, detail["dst"] = link.src, link.dst
+        call.ns, detail["dst"] = link.src, link.dst
     elif method in ("put_api_key", "delete_api_key"):
         key = args.get("key")
         detail["key_name"] = key.name if key is not None else args.get("name", "")
@@ -157,16 +191,13 @@ def events_for(method: str, args: Mapping[str, Any], result: Any, caller: str) -
         if isinstance(args.get(name), str):
             detail[name] = str(args[name])
     memory_id = args.get("id", "")
-    return [
-        Event(
-            op_id=op,
-            kind=kind,
-            namespace=ns,
-            memory_id=memory_id if isinstance(memory_id, str) else "",
-            memory_ns=ns if isinstance(memory_id, str) and memory_id else "",
-            detail=detail,
-        )
-    ]
+    memory_id = memory_id if isinstance(memory_id, str) else ""
+    call.row(
+        metadata_to_json(detail, "detail"),
+        memory_id=memory_id,
+        memory_ns=call.ns if memory_id else "",
+    )
+    return call.rows
 
 
 class EventRecorder:
@@ -194,7 +225,7 @@ class EventRecorder:
         self._keep_max = keep_max
         self._flush_every = flush_every
         self._prune_every = prune_every
-        self._pending: list[Event] = []
+        self._pending: list[EventRow] = []
         self._cond = threading.Condition()
         self._writing = threading.Lock()  # one batch at a time, in queue order
         self._stop = False
@@ -203,12 +234,19 @@ class EventRecorder:
         self._thread = threading.Thread(target=self._run, name="memini-events", daemon=True)
         self._thread.start()
 
-    def record(self, events: list[Event]) -> None:
-        """Queue rows for the next batch."""
-        if not events:
+    def record(self, method: str, args: Mapping[str, Any], result: Any, caller: str) -> None:
+        """Queue the rows of a served call that succeeded (`event_rows`) for the next batch.
+        Never raises: the call was served, and a row that cannot be made is logged."""
+        try:
+            rows = event_rows(method, args, result, caller)
+        except Exception:
+            self.errors += 1
+            _LOG.exception("could not make the event rows of a served %s()", method)
+            return
+        if not rows:
             return
         with self._cond:
-            self._pending.extend(events)
+            self._pending.extend(rows)
             if len(self._pending) >= 2_000:
                 self._cond.notify()
 
@@ -226,11 +264,11 @@ class EventRecorder:
             if stop:
                 return
 
-    def _write(self, batch: list[Event]) -> None:
+    def _write(self, batch: list[EventRow]) -> None:
         if not batch:
             return
         try:
-            self._store.append_events(batch)
+            self._store._append_event_rows(batch)
             self.written += len(batch)
         except Exception:  # the calls were served; a lost log row must not stop serving
             self.errors += len(batch)

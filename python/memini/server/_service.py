@@ -1,7 +1,9 @@
 """`Service`: one served call, the same for REST and MCP — check, call, confine, log.
 
 Handlers hold no business logic: they decode, hand the call to `Service.invoke` in a worker
-thread (the store releases the GIL, so calls run in parallel), and encode its answer.
+thread (the store releases the GIL, so calls run in parallel), and encode its answer; a
+search started in the core (`memini.aio._native`) is `enter`, the core call, `finish` and
+`leave`, the same steps.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from memini import _wire as wire
 from memini.errors import UnavailableError
 from memini.server._auth import Gate, Principal
-from memini.server._events import EventRecorder, events_for
+from memini.server._events import EventRecorder
 from memini.store import Store
 
 __all__ = ["Service"]
@@ -39,19 +41,15 @@ class Service:
         self._idle = threading.Condition()
 
     def invoke(self, principal: Principal, method: wire.Method, args: Mapping[str, Any]) -> Any:
-        """Run one call for ``principal`` (in a worker thread).
+        """Run one call for ``principal`` (in a worker thread, or on the event loop).
 
         Raises:
             AuthError: The call is not the principal's to make (nothing ran).
             UnavailableError: The server is draining.
             MeminiError: What the store raised.
         """
-        with self._idle:
-            if self.draining:
-                raise UnavailableError("the server is shutting down; retry on its successor")
-            self._inflight += 1
+        self.enter(principal, method, args)
         try:
-            self.gate.check(principal, method.name, args)
             if method.name == "list_expired" and not principal.admin:
                 limit = args.get("limit", 0)
                 rows = self.gate.confine(
@@ -59,16 +57,45 @@ class Service:
                 )
                 result = rows[:limit] if isinstance(limit, int) and limit > 0 else rows
             else:
-                result = self.gate.confine(principal, method.name, method.call(self.store, args))
-            if method.name in _KEY_WRITES:
-                self.gate.keys_changed()
-            if self.recorder is not None:
-                self.recorder.record(events_for(method.name, args, result, principal.name))
-            return result
+                result = method.call(self.store, args)
+            return self.finish(principal, method, args, result)
         finally:
-            with self._idle:
-                self._inflight -= 1
-                self._idle.notify_all()
+            self.leave()
+
+    def enter(self, principal: Principal, method: wire.Method, args: Mapping[str, Any]) -> None:
+        """Admit a call (counted in flight until `leave`, which the caller must call).
+
+        Raises:
+            AuthError: The call is not the principal's to make (not admitted).
+            UnavailableError: The server is draining (not admitted).
+        """
+        with self._idle:
+            if self.draining:
+                raise UnavailableError("the server is shutting down; retry on its successor")
+            self._inflight += 1
+        try:
+            self.gate.check(principal, method.name, args)
+        except BaseException:
+            self.leave()
+            raise
+
+    def finish(
+        self, principal: Principal, method: wire.Method, args: Mapping[str, Any], result: Any
+    ) -> Any:
+        """The answer of an admitted call that succeeded: confined to what the principal may
+        see, its event rows queued."""
+        result = self.gate.confine(principal, method.name, result)
+        if method.name in _KEY_WRITES:
+            self.gate.keys_changed()
+        if self.recorder is not None:
+            self.recorder.record(method.name, args, result, principal.name)
+        return result
+
+    def leave(self) -> None:
+        """The end of an admitted call, whatever its outcome."""
+        with self._idle:
+            self._inflight -= 1
+            self._idle.notify_all()
 
     @property
     def in_flight(self) -> int:
