@@ -100,7 +100,8 @@ def _overlap(a: list[list[Any]], b: list[list[Any]]) -> float:
 def test_keyword_vs_tantivy(
     benchmark: Any, data: D.Dataset, main: D.MainStore, tantivy_index: tuple[Any, Any, float]
 ) -> None:
-    """Unfiltered keyword QPS (1 thread) vs raw tantivy-py; goal >= 0.5x."""
+    """Unfiltered keyword QPS (1 thread) vs raw tantivy-py; goal >= 0.8x (issue 14, in three
+    consecutive runs)."""
     benchmark.group = "keyword: search (1000 queries/round)"
     qs = data.keyword_queries
     found: list[list[Any]] = []
@@ -125,8 +126,8 @@ def test_keyword_vs_tantivy(
         peer=peer_qps,
         peer_name="tantivy-py",
         ratio=qps / peer_qps,
-        goal=">= 0.5x",
-        met=qps / peer_qps >= 0.5,
+        goal=">= 0.8x",
+        met=qps / peer_qps >= 0.8,
         note=f"top-10 overlap with tantivy {_overlap(ours, peer_ids):.2f}; "
         f"tantivy build {build:.1f} s; mean hits/query memini "
         f"{np.mean([len(r) for r in found]):.1f}, "

@@ -21,7 +21,7 @@ import _data as D
 
 BREADTHS = (16, 24, 32, 48, 64, 96, 128)
 DEFAULT_BREADTH = 64
-TARGET_RECALL = 0.95
+TARGET_RECALLS = (0.95, 0.97)  # issue 14: memini >= 1.0x usearch's QPS at both
 ROUNDS = 3
 Point = tuple[int, float, float]  # (breadth, recall@10, QPS)
 _SWEEP: dict[str, list[Point]] = {}
@@ -84,8 +84,8 @@ def test_upsert_many_vs_usearch_add(
         peer=peer,
         peer_name="usearch add",
         ratio=ours / peer,
-        goal=">= 1.0x",
-        met=ours >= peer,
+        goal=">= 2.0x",
+        met=ours >= 2.0 * peer,
     )
 
 
@@ -189,10 +189,10 @@ def _sweep(data: D.Dataset, main: D.MainStore, index: Any) -> dict[str, list[Poi
     return _SWEEP
 
 
-def _operating_point(points: list[Point]) -> Point:
+def _operating_point(points: list[Point], target: float) -> Point:
     """The first breadth reaching the target recall (else the most accurate one)."""
     for p in points:
-        if p[1] >= TARGET_RECALL:
+        if p[1] >= target:
             return p
     return max(points, key=lambda p: p[1])
 
@@ -202,12 +202,12 @@ def test_qps_at_equal_recall(
 ) -> None:
     """Sweep both breadths (memini search_breadth, usearch expansion_search) and compare
     single-thread QPS (from the interleaved sweep) where each first reaches recall@10 >=
-    0.95; the table row times memini again at its operating point."""
+    0.95, and >= 0.97 (goal >= 1.0x at both); the table row times memini again at its 0.95
+    operating point."""
     benchmark.group = "vector: QPS at recall 0.95 (1000 queries/round)"
     sweep = _sweep(data, main, usearch_index)
     ours, peer = sweep["memini"], sweep["usearch"]
-    ob, orec, oqps = _operating_point(ours)
-    pb, prec, pqps = _operating_point(peer)
+    ob = _operating_point(ours, TARGET_RECALLS[0])[0]
     main.store._engine.set_search_breadth(ob)
     try:
         again = D.N_QUERIES / D.timed_rounds(
@@ -215,24 +215,32 @@ def test_qps_at_equal_recall(
         )
     finally:
         main.store._engine.set_search_breadth(DEFAULT_BREADTH)
-    ratio = oqps / pqps
-    D.report(
-        benchmark,
-        "QPS at recall>=0.95",
-        oqps,
-        "q/s",
-        peer=pqps,
-        peer_name="usearch",
-        ratio=ratio,
-        goal=">= 0.7x",
-        met=ratio >= 0.7,
-        note=f"memini breadth {ob} (recall {orec:.3f}) vs usearch expansion_search {pb} "
-        f"(recall {prec:.3f}); sweep memini {[(b, round(r, 3), round(q)) for b, r, q in ours]}; "
-        f"usearch {[(b, round(r, 3), round(q)) for b, r, q in peer]}",
-        sweep_memini=ours,
-        sweep_usearch=peer,
-        memini_qps_timed_again=again,
-    )
+    for target in TARGET_RECALLS:
+        ob, orec, oqps = _operating_point(ours, target)
+        pb, prec, pqps = _operating_point(peer, target)
+        ratio = oqps / pqps
+        D.report(
+            benchmark,
+            f"QPS at recall>={target}",
+            oqps,
+            "q/s",
+            peer=pqps,
+            peer_name="usearch",
+            ratio=ratio,
+            goal=">= 1.0x",
+            met=ratio >= 1.0,
+            note=f"memini breadth {ob} (recall {orec:.3f}) vs usearch expansion_search {pb} "
+            f"(recall {prec:.3f})"
+            + (
+                f"; sweep memini {[(b, round(r, 3), round(q)) for b, r, q in ours]}; "
+                f"usearch {[(b, round(r, 3), round(q)) for b, r, q in peer]}"
+                if target == TARGET_RECALLS[0]
+                else ""
+            ),
+            sweep_memini=ours,
+            sweep_usearch=peer,
+            memini_qps_timed_again=again,
+        )
 
 
 def test_expired_20pct(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:

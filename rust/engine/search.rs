@@ -181,8 +181,11 @@ pub(super) fn keyword_hits_many(
         }
         _ => &[][..],
     };
+    // a filter every row passes rejects only documents of rows changed since the index's
+    // last commit, when the query's documents are all of the namespace
+    let optimistic = names.len() == 1 && preds[0].is_trivial() && (sole || !dominant);
     let mut found = keyword
-        .search_many(&names, query, k, dominant, tags, &accept)?
+        .search_many(&names, query, k, dominant, tags, &accept, optimistic)?
         .into_iter();
     let mut hits: Vec<Vec<(u64, f64)>> = Vec::with_capacity(sources.len());
     for slot in slots {

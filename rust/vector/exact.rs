@@ -25,13 +25,12 @@ impl Scorer {
     /// The score of `v`.
     #[must_use]
     pub fn score(&self, v: &[f32]) -> f64 {
-        let pairs = || self.q.iter().zip(v).map(|(a, b)| (*a, f64::from(*b)));
         match self.metric {
-            Metric::L2 => 1.0 / (1.0 + sum4(pairs().map(|(a, b)| (a - b) * (a - b))).sqrt()),
-            Metric::Ip => sum4(pairs().map(|(a, b)| a * b)),
+            Metric::L2 => 1.0 / (1.0 + sums(&self.q, v, |a, b| ((a - b) * (a - b), 0.0)).0.sqrt()),
+            Metric::Ip => sums(&self.q, v, |a, b| (a * b, 0.0)).0,
             Metric::Cos => {
-                let dot = sum4(pairs().map(|(a, b)| a * b));
-                let norm = sum4(pairs().map(|(_, b)| b * b)).sqrt();
+                let (dot, norm) = sums(&self.q, v, |a, b| (a * b, b * b));
+                let norm = norm.sqrt();
                 if norm == 0.0 || self.q_norm == 0.0 {
                     0.0
                 } else {
@@ -49,6 +48,31 @@ fn sum4(xs: impl Iterator<Item = f64>) -> f64 {
         lanes[i % 4] += x;
     }
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+}
+
+/// The two sums of `f(q[i], v[i])` over a query and a vector, in one pass, each in the lanes
+/// and order of [`sum4`] (element i into lane i % 4): the same bits as two `sum4` passes, in
+/// straight-line chunks of four that the compiler vectorises (a rescoring of 18 candidates
+/// of 384 dims took ~3% of a vector search with two passes of `sum4`).
+fn sums(query: &[f64], v: &[f32], f: impl Fn(f64, f64) -> (f64, f64)) -> (f64, f64) {
+    let (mut first, mut second) = ([0f64; 4], [0f64; 4]);
+    let mut add = |lane: usize, a: f64, b: f32| {
+        let (x, y) = f(a, f64::from(b));
+        first[lane] += x;
+        second[lane] += y;
+    };
+    let (qc, vc) = (query.chunks_exact(4), v.chunks_exact(4));
+    let (qr, vr) = (qc.remainder(), vc.remainder());
+    for (a, b) in qc.zip(vc) {
+        for lane in 0..4 {
+            add(lane, a[lane], b[lane]);
+        }
+    }
+    for (lane, (a, b)) in qr.iter().zip(vr).enumerate() {
+        add(lane, *a, *b);
+    }
+    let total = |l: [f64; 4]| (l[0] + l[1]) + (l[2] + l[3]);
+    (total(first), total(second))
 }
 
 /// Fast f32 "distance" used only to pick candidates (smaller = better).
@@ -237,5 +261,49 @@ impl Flat {
 
     pub(super) fn memory_usage(&self) -> usize {
         self.data.len() * 4 + self.keys.len() * 24
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::float_cmp, reason = "the sums must agree to the bit")]
+
+    use super::*;
+
+    /// `sums` adds in `sum4`'s lanes and order: scores are the bits two `sum4` passes give,
+    /// for every metric and lengths that leave a remainder.
+    #[test]
+    fn one_pass_sums_equal_two_sum4_passes_bit_for_bit() {
+        let mut s: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            #[allow(clippy::cast_precision_loss, reason = "a test value")]
+            let x = (s >> 11) as f32 / (1u64 << 53) as f32;
+            x - 0.5
+        };
+        for dims in [1, 3, 4, 7, 384, 385] {
+            let q: Vec<f32> = (0..dims).map(|_| next()).collect();
+            let v: Vec<f32> = (0..dims).map(|_| next()).collect();
+            let pairs = || {
+                q.iter()
+                    .zip(&v)
+                    .map(|(a, b)| (f64::from(*a), f64::from(*b)))
+            };
+            let dot = sum4(pairs().map(|(a, b)| a * b));
+            let (qn, vn) = (
+                sum4(pairs().map(|(a, _)| a * a)).sqrt(),
+                sum4(pairs().map(|(_, b)| b * b)).sqrt(),
+            );
+            let l2 = 1.0 / (1.0 + sum4(pairs().map(|(a, b)| (a - b) * (a - b))).sqrt());
+            assert_eq!(Scorer::new(Metric::Ip, &q).score(&v), dot, "{dims}");
+            assert_eq!(
+                Scorer::new(Metric::Cos, &q).score(&v),
+                dot / (qn * vn),
+                "{dims}"
+            );
+            assert_eq!(Scorer::new(Metric::L2, &q).score(&v), l2, "{dims}");
+        }
     }
 }

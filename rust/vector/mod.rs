@@ -283,6 +283,30 @@ impl VectorIndex {
         }
     }
 
+    /// `f(key, vector)` for each of `keys` the partition holds, in order, through one buffer
+    /// (a search rescores its candidates with no allocation per candidate).
+    fn each_vector(&self, ns: &str, keys: &[u64], mut f: impl FnMut(u64, &[f32])) {
+        match self.parts.get(ns) {
+            None => {}
+            Some(Partition::Flat(flat)) => {
+                for k in keys {
+                    if let Some(v) = flat.get(*k) {
+                        f(*k, v);
+                    }
+                }
+            }
+            Some(Partition::Graph(g)) => {
+                let p = self.slots.acquire();
+                let mut buf = vec![0f32; self.dims];
+                for k in keys {
+                    if g.get(*k, &mut buf, &p) {
+                        f(*k, &buf);
+                    }
+                }
+            }
+        }
+    }
+
     /// Indexes the listed keys of a loaded graph for exact matches and into its compact copy
     /// (a checkpoint holds the graph only: both are derived from its vectors on open); keys
     /// the graph lacks are skipped.

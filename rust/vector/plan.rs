@@ -280,11 +280,8 @@ impl VectorIndex {
     /// f64 scores of the candidates, best `k` first.
     fn rescore(&self, ns: &str, query: &[f32], k: usize, cands: &[u64]) -> Vec<(u64, f64)> {
         let by_f64 = Scorer::new(self.metric, query);
-        let mut scored: Vec<(u64, f64)> = cands
-            .iter()
-            .zip(self.vectors(ns, cands))
-            .filter_map(|(key, v)| v.map(|v| (*key, by_f64.score(&v))))
-            .collect();
+        let mut scored: Vec<(u64, f64)> = Vec::with_capacity(cands.len());
+        self.each_vector(ns, cands, |key, v| scored.push((key, by_f64.score(v))));
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.dedup_by_key(|s| s.0);
         scored.truncate(k);
