@@ -22,7 +22,7 @@ from memini import (
     StoreClosedError,
     StoreLockedError,
 )
-from memini.aio import AsyncStore, _completions, default_workers
+from memini.aio import AsyncStore, default_workers
 
 pytestmark = pytest.mark.anyio
 
@@ -241,211 +241,26 @@ async def test_searches_started_in_the_core_equal_the_stores() -> None:
             await s.vector_search("n", q, "tags")  # type: ignore[arg-type]
 
 
-async def test_many_searches_finishing_together_all_complete_with_their_own_results() -> None:
-    """Hundreds of searches in flight at once: each drain of the loop's completion queue
-    completes at most a batch (the rest on the next turn), and every awaiter gets the
-    result of its own call, equal to the Store's."""
-    rng = np.random.default_rng(11)
-    async with await AsyncStore.open(None, dims=8) as s:
-        await s.upsert_many(
-            [
-                Memory(id=f"m{i}", namespace="n", content=f"word{i % 7} row", embedding=v)
-                for i, v in enumerate(rng.random((300, 8)))
-            ]
-        )
-        qs = rng.random((300, 8)).astype(np.float32)
-        got = await asyncio.gather(
-            *(s.vector_search("n", q, k=3) for q in qs),
-            *(s.keyword_search("n", f"word{i % 7}", k=2) for i in range(100)),
-        )
-        want = [s.store.vector_search("n", q, k=3) for q in qs] + [
-            s.store.keyword_search("n", f"word{i % 7}", k=2) for i in range(100)
-        ]
-        assert [_scored(g) for g in got] == [_scored(w) for w in want]
-
-
-class _LoopWithoutReaders(asyncio.SelectorEventLoop):
-    """A loop that cannot watch a socket, as Windows' proactor loop."""
-
-    def add_reader(self, *args: Any) -> None:
-        raise NotImplementedError
-
-
-def test_a_loop_that_cannot_watch_a_socket_runs_searches_on_the_pool() -> None:
-    from memini import aio
-
-    async def main() -> tuple[list[Any], list[Any]]:
-        rng = np.random.default_rng(2)
-        async with await AsyncStore.open(None, dims=4) as s:
-            await s.upsert_many(
-                [
-                    Memory(id=f"m{i}", namespace="n", content="red", embedding=rng.random(4))
-                    for i in range(20)
-                ]
-            )
-            q = rng.random(4)
-            got = [await s.vector_search("n", q), await s.keyword_search("n", "red")]
-            assert aio._LOOPS[asyncio.get_running_loop()] is None
-            return got, [s.store.vector_search("n", q), s.store.keyword_search("n", "red")]
-
-    with asyncio.Runner(loop_factory=_LoopWithoutReaders) as runner:
-        got, want = runner.run(main())
-    assert [_scored(g) for g in got] == [_scored(w) for w in want]
-
-
-def test_searches_started_in_the_core_on_uvloop() -> None:
-    """uvloop (what uvicorn runs on) watches the completion socket as asyncio's loops do."""
-    uvloop = pytest.importorskip("uvloop")
-
-    async def main() -> None:
-        rng = np.random.default_rng(6)
-        async with await AsyncStore.open(None, dims=4) as s:
-            await s.upsert_many(
-                [
-                    Memory(id=f"m{i}", namespace="n", content=f"w{i % 3}", embedding=v)
-                    for i, v in enumerate(rng.random((40, 4)))
-                ]
-            )
-            qs = rng.random((20, 4))
-            got = await asyncio.gather(
-                *(s.vector_search("n", q, k=2) for q in qs), s.keyword_search("n", "w1")
-            )
-            assert _completions(asyncio.get_running_loop()) is not None
-            want = [s.store.vector_search("n", q, k=2) for q in qs]
-            want.append(s.store.keyword_search("n", "w1"))
-            assert [_scored(g) for g in got] == [_scored(w) for w in want]
-
-    uvloop.run(main())
-
-
-def test_searches_from_two_event_loops_complete_on_their_own_loops() -> None:
-    """One AsyncStore awaited from two threads, each running its own loop: each loop drains
-    its own completion queue, and no future is completed from another loop."""
-    store = Store.open(None, dims=4)
-    rng = np.random.default_rng(4)
-    store.upsert_many(
-        [Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(4)) for i in range(50)]
-    )
-    s = AsyncStore(store)
-    qs = rng.random((200, 4)).astype(np.float32)
-    want = [_scored(store.vector_search("n", q, k=2)) for q in qs]
-    got: dict[int, list[Any]] = {}
-
-    def run(j: int) -> None:
-        async def main() -> list[Any]:
-            return list(await asyncio.gather(*(s.vector_search("n", q, k=2) for q in qs)))
-
-        got[j] = [_scored(r) for r in asyncio.run(main())]
-
-    threads = [threading.Thread(target=run, args=(j,)) for j in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert got == {0: want, 1: want}
-    asyncio.run(s.close())
-
-
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
-def test_each_event_loop_releases_its_completion_socket() -> None:
-    """The socket pair a loop watches for finished searches goes when the loop goes: many
-    short asyncio.run calls leave no descriptors behind."""
-    import gc
-
-    store = Store.open(None, dims=2)
-    store.upsert(Memory(id="a", namespace="n", content="x", embedding=[1, 0]))
-    s = AsyncStore(store)
-
-    async def search() -> None:
-        assert len(await s.vector_search("n", [1, 0])) == 1
-
-    asyncio.run(search())  # the pool and the core threads exist from here on
-    gc.collect()
-    before = len(list(Path("/proc/self/fd").iterdir()))
-    for _ in range(30):
-        asyncio.run(search())
-    gc.collect()
-    assert len(list(Path("/proc/self/fd").iterdir())) <= before
-    asyncio.run(s.close())
-
-
 async def test_a_core_error_in_a_search_started_in_the_core_reaches_the_awaiter() -> None:
-    """The error path of Engine.*_start: the core refuses the call on its own thread (here a
-    query of the wrong length, which the facade would have caught) and the loop's drain
-    completes the future with the memini error."""
+    """The error path of Engine.*_then: the core refuses the call on its own thread (here a
+    query of the wrong length, which the facade would have caught) and done(error, None)
+    hands the memini error to the caller."""
     from memini._convert import filter_to_spec
     from memini._core import Engine
 
     store = Store.open(None, dims=4)
     loop = asyncio.get_running_loop()
-    done = _completions(loop)
-    assert done is not None
-    future: asyncio.Future[object] = loop.create_future()
+    got: asyncio.Future[tuple[BaseException | None, object]] = loop.create_future()
+
+    def done(error: BaseException | None, result: object) -> None:
+        loop.call_soon_threadsafe(got.set_result, (error, result))
+
     engine = store._engine
     assert isinstance(engine, Engine)
-    engine.vector_search_start(
-        "n", np.zeros(3, dtype=np.float32), filter_to_spec(None), 10, future, done
-    )
-    with pytest.raises(DimensionMismatchError):
-        await future
+    engine.vector_search_then("n", np.zeros(3, dtype=np.float32), filter_to_spec(None), 10, done)
+    error, result = await got
+    assert isinstance(error, DimensionMismatchError) and result is None
     store.close()
-
-
-async def test_after_sees_every_outcome_of_a_search_started_in_the_core() -> None:
-    """`_native`'s ``after(error, result)`` runs on the loop once the call is over: what it
-    returns completes the future, what it raises fails it, and it runs even when the
-    awaiter cancelled meanwhile (a caller counting calls in flight relies on that)."""
-    from memini.aio import _native
-
-    rng = np.random.default_rng(8)
-    async with await AsyncStore.open(None, dims=4) as s:
-        await s.upsert_many(
-            [
-                Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(4))
-                for i in range(30)
-            ]
-        )
-        core = (Store._vector_search_args, "vector_search_start")
-        loop = asyncio.get_running_loop()
-        seen: list[tuple[BaseException | None, Any]] = []
-
-        def ids(error: BaseException | None, result: Any) -> list[str]:
-            seen.append((error, result))
-            if error is not None:
-                raise ValueError("after saw an error") from error
-            return [h.memory.id for h in result]
-
-        q = rng.random(4)
-        assert await _native(s.store, core, ("n", q), {"k": 3}, ids) == [
-            h.memory.id for h in s.store.vector_search("n", q, k=3)
-        ]
-        # a core error (the wrong length, past the facade's checks) reaches after, and
-        # what after raises fails the future
-        from memini._convert import filter_to_spec
-
-        bad = loop.create_future()
-        s.store._engine.vector_search_start(
-            "n",
-            np.zeros(3, dtype=np.float32),
-            filter_to_spec(None),
-            10,
-            bad,
-            _completions(loop),
-            ids,
-        )
-        with pytest.raises(ValueError, match="after saw an error"):
-            await bad
-        assert isinstance(seen[-1][0], DimensionMismatchError) and seen[-1][1] is None
-        # cancelled before the search finished: after still runs, the future stays cancelled
-        before = len(seen)
-        future = _native(s.store, core, ("n", q), {"k": 3}, ids)
-        future.cancel()
-        for _ in range(100):
-            if len(seen) > before:
-                break
-            await asyncio.sleep(0.01)
-        assert len(seen) == before + 1 and seen[-1][0] is None and len(seen[-1][1]) == 3
-        assert future.cancelled()
 
 
 async def test_a_cancelled_search_leaves_the_loop_clean() -> None:

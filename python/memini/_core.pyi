@@ -13,29 +13,25 @@ objects (built by the core, with enum members, aware UTC datetimes and parsed me
 * embeddings are 1-D (queries for ``vector_search_many``: 2-D) C-contiguous ``float32`` arrays.
 """
 
-import asyncio
 import builtins
 from collections.abc import Callable
-from typing import Any, Literal, TypeAlias, TypedDict, final
+from typing import Any, Literal, TypeAlias, TypedDict, TypeVar, final
 
 import numpy as np
 import numpy.typing as npt
 
 from memini.types import Memory, Recalled, Scored
 
-__all__ = [
-    "Completions",
-    "Engine",
-    "LocalModel",
-    "build_profile",
-    "fuse",
-    "ranking",
-    "vector_scores",
-]
+__all__ = ["Engine", "LocalModel", "build_profile", "fuse", "ranking", "vector_scores"]
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
 `memini._convert.memory_to_row` (a partial row, by `memini._convert.fields_to_row`)."""
+
+_T = TypeVar("_T")
+Done: TypeAlias = Callable[[BaseException | None, _T | None], object]
+"""The callback of the ``*_then`` methods: ``done(error, result)``, called on the core's
+thread with the GIL held once the call is over (exactly one of the two is None)."""
 
 class FilterSpec(TypedDict):
     tiers: list[str]
@@ -93,20 +89,6 @@ def vector_scores(
 ) -> list[float]:
     """The API's score of each row of ``vectors`` for ``query`` (the embedded store's f64
     rule: l2 -> 1/(1+distance), cos -> cosine, ip -> inner product)."""
-
-@final
-class Completions:
-    """The calls the core finished for one asyncio event loop (``Engine.*_start``), queued
-    until the loop drains them: ``loop.add_reader(c.fileno(), c.drain)``."""
-
-    def __init__(self) -> None: ...
-    def fileno(self) -> int:
-        """The socket that is readable when calls have finished."""
-    def drain(self) -> None:
-        """Complete the future of each call finished since the last drain (its result, or
-        its `memini.errors` exception, through the call's ``after`` when it has one; a
-        future already done is left alone), at most 16 per drain. Call it on the futures'
-        event-loop thread."""
 
 @final
 class Engine:
@@ -184,25 +166,21 @@ class Engine:
     def keyword_search(
         self, namespace: str, query: str, filter: FilterSpec, k: int
     ) -> builtins.list[Scored]: ...
-    def vector_search_start(
+    def vector_search_then(
         self,
         namespace: str,
         vector: npt.NDArray[np.float32],
         filter: FilterSpec,
         k: int,
-        future: asyncio.Future[Any],
-        to: Completions,
-        after: Callable[[BaseException | None, builtins.list[Scored] | None], Any] | None = None,
+        done: Done[builtins.list[Scored]],
     ) -> None: ...
-    def keyword_search_start(
+    def keyword_search_then(
         self,
         namespace: str,
         query: str,
         filter: FilterSpec,
         k: int,
-        future: asyncio.Future[Any],
-        to: Completions,
-        after: Callable[[BaseException | None, builtins.list[Scored] | None], Any] | None = None,
+        done: Done[builtins.list[Scored]],
     ) -> None: ...
     def recall(
         self,

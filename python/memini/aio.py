@@ -6,9 +6,8 @@ Each call runs the `Store` method on a worker thread of a bounded pool owned by 
 searches, reads and commits, so concurrent awaits really run in parallel on as many cores as
 the machine has (writes are group-committed: concurrent writers share fsyncs). The two
 searches an agent awaits most, `vector_search` and `keyword_search` of an embedded store,
-skip the pool: their checks run on the loop thread (microseconds), the core runs them on its
-own threads without the GIL, and the loop builds the results of the calls finished since it
-last looked in one callback, woken by a socket it watches (`_native`).
+skip the pool: their checks run on the loop thread (microseconds) and the core runs them on
+its own threads, completing the awaited future from there (`_native`).
 
 Cancelling an await does not cancel the store call it started: a write that was already
 running completes (durably) even though its awaiter sees `asyncio.CancelledError`.
@@ -43,7 +42,7 @@ from typing import (
     overload,
 )
 
-from memini._core import Completions, Engine
+from memini._core import Engine
 from memini.client import AsyncRemoteStore
 from memini.client import aconnect as connect
 from memini.errors import InvalidArgumentError
@@ -204,30 +203,17 @@ async def _in_pool(pool: _Pool, fn: Callable[_P, _R], *args: _P.args, **kwargs: 
     return await _dispatch(pool, fn, args, kwargs)
 
 
-_LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Completions | None] = (
-    weakref.WeakKeyDictionary()
-)
+def _post(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    error: BaseException | None,
+    result: Any,
+) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits it
+        loop.call_soon_threadsafe(_settle, future, error, result)
 
 
-def _completions(loop: asyncio.AbstractEventLoop) -> Completions | None:
-    """The `Completions` queue ``loop`` drains (made and watched on first use), or None on
-    a loop that cannot watch a socket (``add_reader``: Windows' proactor loop), where the
-    searches run on the pool like every other call."""
-    try:
-        return _LOOPS[loop]
-    except KeyError:
-        pass
-    done = Completions()
-    try:
-        loop.add_reader(done.fileno(), done.drain)
-    except NotImplementedError:
-        _LOOPS[loop] = None
-        return None
-    _LOOPS[loop] = done
-    return done
-
-
-# a method's checks (making the core call's arguments) and its ``Engine.<name>_start``
+# a method's checks (making the core call's arguments) and its ``Engine.<name>_then``
 _Core = tuple[Callable[..., tuple[Any, ...]], str]
 
 
@@ -239,35 +225,46 @@ def _native(
     after: Callable[[BaseException | None, Any], Any] | None = None,
 ) -> asyncio.Future[Any]:
     """A search started straight in the core: its checks run here (a few microseconds of
-    the loop thread), then ``Engine.<name>_start`` runs it on a core thread that never takes
-    the GIL, and queues it finished in the running loop's `_completions`, which the loop
-    drains: it builds the result and completes the future (see ``rust/python/spawn.rs``).
-
-    ``after(error, result)``, when given, runs there too, once the call is over, whatever
-    its outcome (even when the future was cancelled meanwhile; not when the checks raise
-    here): what it returns completes the future, what it raises fails it.
+    the loop thread), then ``Engine.<name>_then`` runs it on a core thread that needs the
+    GIL only to build the result and complete the future (see ``rust/python/spawn.rs``).
 
     Against a worker thread of the pool running the `Store` method, this saves the worker's
-    two GIL takes per call (each can collide with the loop thread or another worker: the
-    thread wakes, waits for the GIL, wakes again) and its Python frames; the result is built
-    on the loop thread, which holds the GIL anyway, and several calls finishing together
-    wake the loop once. Measured against the core thread building the result itself and
-    completing the future with ``call_soon_threadsafe`` (99k rows, 2000 searches, /proc
-    schedstat, loaded machine): the core threads' voluntary context switches per call
-    2.3 -> 1.0 with one task awaiting, 1.4-1.9 -> 1.0 with two.
+    first GIL take (which often collides with the loop thread that just submitted it: the
+    worker wakes, waits for the GIL, wakes again) and its Python frames. Measured with a
+    search that costs next to nothing (1000 rows, 8 dims, k=1; CPU from /proc schedstat,
+    loaded machine): CPU per awaited call 44-53 -> 39-43 us, of which off the loop thread
+    30-33 -> 20 us, on it 14-20 -> 19-23 us (the checks moved there).
 
-    Raises:
-        NotImplementedError: The running loop cannot watch a socket (see `_completions`).
+    ``after(error, result)``, when given, runs on the core thread within the same GIL take
+    once the call is over, whatever its outcome (not when the checks raise here): what it
+    returns completes the future, what it raises fails it (`memini.server` encodes the
+    answer there, off the event loop).
     """
-    loop = asyncio.get_running_loop()
-    done = _completions(loop)
-    if done is None:
-        raise NotImplementedError(f"{type(loop).__name__} cannot watch a socket (add_reader)")
     prepare, name = core
     call_args = prepare(store, *args, **kwargs)
+    loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
-    getattr(store._engine, name)(*call_args, future, done, after)
+    done = (
+        functools.partial(_post, loop, future)
+        if after is None
+        else functools.partial(_post_after, loop, future, after)
+    )
+    getattr(store._engine, name)(*call_args, done)
     return future
+
+
+def _post_after(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    after: Callable[[BaseException | None, Any], Any],
+    error: BaseException | None,
+    result: Any,
+) -> None:
+    try:
+        result, error = after(error, result), None
+    except BaseException as e:  # handed to the awaiter
+        result, error = None, e
+    _post(loop, future, error, result)
 
 
 class _Coroutine(Generic[_P, _R]):
@@ -280,7 +277,7 @@ class _Coroutine(Generic[_P, _R]):
     ) -> None:
         """``core``, for a method that is its checks plus one core call: the function that
         makes the call's arguments, and the name of the `memini._core.Engine` method that
-        runs it on the core's own threads (``<name>_start``, see `_native`)."""
+        runs it on the core's own threads (``<name>_then``, see `_native`)."""
         self._method = method
         self.core = core
         self.__doc__ = method.__doc__
@@ -291,11 +288,7 @@ class _Coroutine(Generic[_P, _R]):
         async def call(obj: AsyncStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             if obj._closed:  # the store raises StoreClosedError at once: no thread needed
                 return method(obj._store, *args, **kwargs)
-            if (
-                core is not None
-                and obj._native
-                and _completions(asyncio.get_running_loop()) is not None
-            ):
+            if core is not None and obj._native:
                 return cast(_R, await _native(obj._store, core, args, kwargs))
             return await _dispatch(obj._pool, method, (obj._store, *args), kwargs)
 
@@ -447,11 +440,11 @@ class AsyncStore:
     refresh_active_counts = _Coroutine(Store.refresh_active_counts)
     # search
     vector_search = _Coroutine(
-        Store.vector_search, (Store._vector_search_args, "vector_search_start")
+        Store.vector_search, (Store._vector_search_args, "vector_search_then")
     )
     vector_search_many = _Coroutine(Store.vector_search_many)
     keyword_search = _Coroutine(
-        Store.keyword_search, (Store._keyword_search_args, "keyword_search_start")
+        Store.keyword_search, (Store._keyword_search_args, "keyword_search_then")
     )
     recall = _Coroutine(Store.recall)
     # links

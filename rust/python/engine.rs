@@ -8,7 +8,7 @@ use pyo3::types::{PyDict, PyList};
 
 use super::convert;
 use super::errors::{raise, run};
-use super::spawn::{spawn, Awaited, Completions};
+use super::spawn::spawn;
 use crate::engine::{Engine, FaultPoint, Options, RecallQuery, Source};
 use crate::types::{Metric, Micros, Tier};
 
@@ -472,63 +472,40 @@ impl PyEngine {
     }
 
     /// `vector_search` on one of the binding's threads (see `spawn`): returns at once;
-    /// the event loop draining `to` completes `future` with the hits (or the error), or
-    /// with what `after(error, hits)` returns (or raises) when given.
-    #[pyo3(signature = (namespace, vector, filter, k, future, to, after=None))]
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the call's, then where its outcome goes"
-    )]
-    fn vector_search_start(
+    /// `done(error, hits)` is called on that thread when the search is over.
+    fn vector_search_then(
         slf: Bound<'_, Self>,
         namespace: String,
         vector: Bound<'_, PyArray1<f32>>,
         filter: Bound<'_, PyDict>,
         k: i64,
-        future: Py<PyAny>,
-        to: Bound<'_, Completions>,
-        after: Option<Py<PyAny>>,
+        done: Py<PyAny>,
     ) -> PyResult<()> {
         let q = convert::vector(Some(&vector))?.unwrap_or_default();
         let spec = convert::filter(&filter)?;
         let k = usize::try_from(k).unwrap_or(0);
         spawn(
             slf.unbind(),
-            Awaited {
-                future,
-                to: to.get(),
-                after,
-            },
+            done,
             move |me| me.engine.vector_search(&namespace, &q, &spec, k),
             |py, hits| Ok(convert::hits(py, hits)?.into_any()),
         )
     }
 
-    /// `keyword_search` on one of the binding's threads, as `vector_search_start`.
-    #[pyo3(signature = (namespace, query, filter, k, future, to, after=None))]
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the call's, then where its outcome goes"
-    )]
-    fn keyword_search_start(
+    /// `keyword_search` on one of the binding's threads, as `vector_search_then`.
+    fn keyword_search_then(
         slf: Bound<'_, Self>,
         namespace: String,
         query: String,
         filter: Bound<'_, PyDict>,
         k: i64,
-        future: Py<PyAny>,
-        to: Bound<'_, Completions>,
-        after: Option<Py<PyAny>>,
+        done: Py<PyAny>,
     ) -> PyResult<()> {
         let spec = convert::filter(&filter)?;
         let k = usize::try_from(k).unwrap_or(0);
         spawn(
             slf.unbind(),
-            Awaited {
-                future,
-                to: to.get(),
-                after,
-            },
+            done,
             move |me| me.engine.keyword_search(&namespace, &query, &spec, k),
             |py, hits| Ok(convert::hits(py, hits)?.into_any()),
         )

@@ -91,7 +91,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let _ = logger.install();
     }
     m.add_class::<engine::PyEngine>()?;
-    m.add_class::<spawn::Completions>()?;
     m.add_class::<embed::PyLocalModel>()?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;

@@ -27,14 +27,12 @@ so that the loop (and ``/healthz``) is never held long. Measured with one client
 
 Overlapping ``vector_search`` and ``keyword_search`` calls of an embedded store skip the
 worker threads: decoded and checked on the loop, they start in the core
-(`memini.aio._native`), whose thread searches without the GIL; the loop's drain of the
-calls finished since it last looked then builds the hits, encodes the answer and queues
-the event rows (`_start_in_core`). A Python worker took the GIL twice per call, first while
-the loop that had just woken it still held it. Measured with 4 client processes (20k rows,
-loaded 2-core machine, the bench's server CPU per request minus the in-process search's
-CPU): 0.73 -> 0.44 ms, together with the cheaper event rows (`memini.server._events`);
-that was with the core thread building and encoding the answer in one GIL take, before
-that work moved to the loop's drain (`memini.aio`).
+(`memini.aio._native`), whose thread searches without the GIL and then, in one GIL take,
+builds the hits, encodes the answer and queues the event rows (`_start_in_core`). A Python
+worker took the GIL twice per call, first while the loop that had just woken it still
+held it. Measured with 4 client processes (20k rows, loaded 2-core machine, the bench's
+server CPU per request minus the in-process search's CPU): 0.73 -> 0.44 ms, together with
+the cheaper event rows (`memini.server._events`).
 """
 
 from __future__ import annotations
@@ -55,14 +53,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memini import _wire as wire
-from memini.aio import (
-    _completions,
-    _in_pool,
-    _native,
-    _native_calls,
-    _pool,
-    default_workers,
-)
+from memini.aio import _in_pool, _native, _native_calls, _pool, default_workers
 from memini.errors import InvalidArgumentError, MeminiError
 from memini.server._auth import Principal, Unauthenticated
 from memini.server._openapi import openapi
@@ -210,8 +201,8 @@ def _start_in_core(
     service: Service, principal: Principal, method: wire.Method, raw: bytes, core: Any
 ) -> asyncio.Future[bytes]:
     """`_call_json` of a search the core runs on its own threads (`memini.aio._native`):
-    decoded and checked here, on the event loop; its hits built, its answer encoded and its
-    event rows queued by the loop's drain of finished calls (``after``).
+    decoded and checked here, on the event loop; its answer encoded and its event rows
+    queued by the core thread that built the hits, in the same GIL take.
 
     Raises:
         InvalidArgumentError: Malformed JSON or arguments (nothing reached the store).
@@ -337,11 +328,7 @@ def create_app(
                 and await _alone()
             ):
                 body = _call_json(service, principal, method, raw)
-            elif (
-                small
-                and (core := in_core.get(name)) is not None
-                and _completions(asyncio.get_running_loop()) is not None
-            ):
+            elif small and (core := in_core.get(name)) is not None:
                 body = await _start_in_core(service, principal, method, raw, core)
             else:
                 # a large batch or a slow call: never on the event loop
