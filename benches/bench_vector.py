@@ -553,9 +553,11 @@ def test_single_writes_across_checkpoint(
     backup of the main store, batches bring the changes since the last checkpoint
     (``stats()["changes_since_checkpoint"]``) to just short of the next one (untimed); then
     single-row upserts (each its own durable commit) run until the background checkpoint they
-    start has finished, and 2 s more: those later writes are the control, the worst/median
-    this machine shows with no checkpoint running (fsync latency is noisy on shared disks, so
-    the goal is judged beside it). Goal: worst <= 5x median."""
+    start has finished, and then as a control, the same writes with no checkpoint running, for
+    2 s and at least 3x as many writes. Goal (the issue's): worst <= 5x median. Beside it, two
+    rows judged against the control, since fsync latency alone is noisy on a shared disk: p99
+    during the checkpoint vs the control's p99, and the worst write during it vs the worst of
+    as many consecutive control writes (the median over the control's runs of that length)."""
     import memini
 
     benchmark.group = "vector: checkpoint"
@@ -565,6 +567,7 @@ def test_single_writes_across_checkpoint(
     mems = [data.memory(i) for i in range(data.n)]
     during: list[float] = []
     after: list[float] = []
+    took: list[float] = []
 
     def run() -> None:
         b, waited = 0, time.perf_counter()
@@ -581,14 +584,19 @@ def test_single_writes_across_checkpoint(
             b += n
         D.drained(store)
         before = store.stats()["checkpoints"]
-        i, done_at = 0, None
-        while done_at is None or time.perf_counter() - done_at < 2.0:
+        i, started, done_at = 0, time.perf_counter(), None
+
+        def control_short() -> bool:
+            return time.perf_counter() - done_at < 2.0 or len(after) < 3 * len(during)
+
+        while done_at is None or control_short():
             t0 = time.perf_counter()
             store.upsert(mems[i % data.n])
             (during if done_at is None else after).append(time.perf_counter() - t0)
             i += 1
             if done_at is None and store.stats()["checkpoints"] > before:
                 done_at = time.perf_counter()
+                took.append(done_at - started)
             assert i < 100_000, "no checkpoint came"
 
     try:
@@ -596,10 +604,12 @@ def test_single_writes_across_checkpoint(
     finally:
         store.close()
     p = D.percentiles_ms(during + after)
-    during_p = D.percentiles_ms(during)
+    during_p, control = D.percentiles_ms(during), D.percentiles_ms(after)
     worst, median = during_p["max_ms"], p["p50_ms"]
-    control = D.percentiles_ms(after)
-    control_ratio = control["max_ms"] / control["p50_ms"]
+    n = len(during)
+    # the worst of each run of n consecutive control writes: what n writes cost with no checkpoint
+    runs = sorted(1000 * max(after[j : j + n]) for j in range(0, len(after) - n + 1, n))
+    control_worst = runs[len(runs) // 2]
     D.report(
         benchmark,
         "worst single write across a checkpoint / median",
@@ -610,10 +620,31 @@ def test_single_writes_across_checkpoint(
         ratio=worst / median,
         goal="<= 5x",
         met=worst / median <= 5,
-        note=f"{len(during)} single-row upserts until the checkpoint ended, {len(after)} "
-        f"after it; p50 {median} ms, p99 {p['p99_ms']} ms, worst {worst} ms; control (no "
-        f"checkpoint running): worst {control['max_ms']} ms = {control_ratio:.1f}x its median; "
-        f"p99 during the checkpoint {during_p['p99_ms']} ms vs {control['p99_ms']} ms after it",
-        writes=len(during) + len(after),
-        control_ratio=round(control_ratio, 2),
+        note=f"{n} single-row upserts during the checkpoint ({took[0]:.2f} s), {len(after)} "
+        f"after it (the control); p50 {median} ms, p99 {p['p99_ms']} ms; the control's own "
+        f"worst {control['max_ms']} ms = {control['max_ms'] / control['p50_ms']:.1f}x its median",
+        writes=n + len(after),
+        checkpoint_s=round(took[0], 3),
+    )
+    D.report(
+        benchmark,
+        "single write p99 during a checkpoint / control",
+        during_p["p99_ms"],
+        "ms",
+        peer=control["p99_ms"],
+        peer_name="control p99",
+        ratio=during_p["p99_ms"] / control["p99_ms"],
+        note=f"p50 during {during_p['p50_ms']} ms vs {control['p50_ms']} ms in the control",
+    )
+    D.report(
+        benchmark,
+        "worst single write during a checkpoint / control",
+        worst,
+        "ms",
+        peer=control_worst,
+        peer_name=f"worst of {n} control writes",
+        ratio=worst / control_worst,
+        note=f"the worst of each of the control's {len(runs)} runs of {n} writes: "
+        + ", ".join(f"{r:.2f}" for r in runs)
+        + " ms",
     )
