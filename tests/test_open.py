@@ -611,8 +611,8 @@ def _child_probe(s: Store) -> dict[str, str]:
     return report
 
 
-def _fork(s: Store) -> dict[str, str]:
-    """Fork; the child probes `s`; returns the child's report (the child never returns)."""
+def _fork(probe: Callable[[], dict[str, str]]) -> dict[str, str]:
+    """Fork; the child runs ``probe``; returns its report (the child never returns)."""
     r, w = os.pipe()
     with warnings.catch_warnings():
         # Python >= 3.12 warns about forking a process that has threads; that is the point here.
@@ -623,7 +623,11 @@ def _fork(s: Store) -> dict[str, str]:
         try:
             os.close(r)
             signal.alarm(60)  # a hang in the child kills it instead of the test run
-            os.write(w, json.dumps(_child_probe(s)).encode())
+            try:
+                report = probe()
+            except BaseException as e:  # reported to the parent, which fails the test
+                report = {"child raised": f"{type(e).__name__}: {e}"}
+            os.write(w, json.dumps(report).encode())
             code = 0
         finally:
             os._exit(code)
@@ -631,7 +635,7 @@ def _fork(s: Store) -> dict[str, str]:
     with os.fdopen(r, "rb") as f:
         data = f.read()
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, f"child status {status}"
+    assert os.waitstatus_to_exitcode(status) == 0, f"child status {status}, wrote {data!r}"
     report: dict[str, str] = json.loads(data)
     return report
 
@@ -643,7 +647,7 @@ def test_fork_child_finds_store_closed_parent_keeps_it(tmp_path: Path, kind: str
     s = Store.open(path, dims=4)
     try:
         s.upsert(mem("a", embedding=[1, 2, 3, 4]))
-        report = _fork(s)
+        report = _fork(lambda: _child_probe(s))
         expected = dict.fromkeys(report, "StoreClosedError")
         expected["close"] = expected["close-again"] = "returned"
         assert report == expected
@@ -668,6 +672,45 @@ def test_fork_child_finds_store_closed_parent_keeps_it(tmp_path: Path, kind: str
     if path is not None:
         with Store.open(path) as again:
             assert sorted(m.id for m in again.list(NS)) == ["a", "b"]
+
+
+def _use_core_threads() -> dict[str, str]:
+    """Work on the core's threads: a bulk insert and a parallel search on its worker pool, and
+    searches awaited through `memini.aio` (the binding's own threads)."""
+    import asyncio
+
+    from memini.aio import AsyncStore
+
+    rng = np.random.default_rng(0)
+    s = Store.open(None, dims=8)
+    s.upsert_many(
+        [mem(f"m{i}", embedding=rng.random(8).tolist()) for i in range(3000)]  # graph inserts
+    )
+    many = s.vector_search_many(NS, rng.random((64, 8), dtype=np.float32), k=3)
+
+    async def awaited() -> int:
+        async with AsyncStore(s) as a:
+            hits = await asyncio.gather(
+                *(a.vector_search(NS, rng.random(8, dtype=np.float32), k=2) for _ in range(4))
+            )
+            return sum(len(h) for h in hits)
+
+    return {
+        "rows": str(s.count(NS)),
+        "many": str(len(many)),
+        "awaited": str(asyncio.run(awaited())),
+    }
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_child_starts_its_own_core_threads() -> None:
+    """Threads do not survive fork: a child forked after the parent used the core's worker
+    pool and aio threads must start its own, not hand work to threads that are gone (it
+    waited forever: multiprocessing's fork start method after the parent used a store)."""
+    parent = _use_core_threads()
+    assert parent == {"rows": "3000", "many": "64", "awaited": "8"}
+    assert _fork(_use_core_threads) == parent
+    assert _use_core_threads() == parent  # and the parent's threads still serve it
 
 
 # ---------------------------------------------------------------------------------------------
