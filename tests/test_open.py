@@ -713,6 +713,40 @@ def test_fork_child_starts_its_own_core_threads() -> None:
     assert _use_core_threads() == parent  # and the parent's threads still serve it
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_child_finds_an_async_store_closed() -> None:
+    """An `AsyncStore` opened before fork raises in the child as its `Store` does; its worker
+    pool's threads are gone there, and a call queued for them waited forever."""
+    import asyncio
+
+    from memini.aio import AsyncStore
+
+    a = AsyncStore(Store.open(None, dims=4))
+    q = np.ones(4, dtype=np.float32)
+
+    async def calls() -> dict[str, str]:
+        report = {}
+        for name, call in (
+            ("upsert", lambda: a.upsert(mem("x", embedding=[1, 2, 3, 4]))),  # worker pool
+            ("get", lambda: a.get(NS, "x")),
+            ("vector_search", lambda: a.vector_search(NS, q)),  # the core's threads
+        ):
+            try:
+                await call()
+                report[name] = "returned"
+            except Exception as e:
+                report[name] = type(e).__name__
+        return report
+
+    try:
+        assert asyncio.run(calls()) == dict.fromkeys(("upsert", "get", "vector_search"), "returned")
+        closed = _fork(lambda: asyncio.run(calls()))
+        assert closed == dict.fromkeys(("upsert", "get", "vector_search"), "StoreClosedError")
+        assert asyncio.run(calls())["get"] == "returned"  # the parent's keeps working
+    finally:
+        asyncio.run(a.close())
+
+
 # ---------------------------------------------------------------------------------------------
 # ping, stats, embed model, logging
 
