@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import memini
+from embed_helpers import needs_weights
 from memini import (
     APIKey,
     DimensionMismatchError,
@@ -745,6 +746,35 @@ def test_fork_child_finds_an_async_store_closed() -> None:
         assert asyncio.run(calls())["get"] == "returned"  # the parent's keeps working
     finally:
         asyncio.run(a.close())
+
+
+@needs_weights
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_child_of_a_process_that_embedded_refuses_to_embed() -> None:
+    """candle's thread pools (under the local embedder) do not survive fork: a child forked
+    after its parent ran the model gets UnavailableError at once (it waited forever), from a
+    new embedder and from the parent's; a child forked before any embed, and the parent,
+    embed as usual."""
+    from memini.embed import LocalEmbedder
+
+    texts = [f"memory number {i} about forks, threads and pools" for i in range(8)]
+
+    def child() -> dict[str, str]:
+        report = {}
+        for name, make in (("new", LocalEmbedder), ("inherited", lambda: e)):
+            try:
+                report[name] = str(make().embed(texts).shape)
+            except memini.UnavailableError as err:
+                report[name] = f"UnavailableError: {'spawn' in str(err)}"
+        return report
+
+    e = LocalEmbedder()
+    before = _fork(child)  # nothing embedded yet in this process... unless an earlier test did
+    vectors = e.embed(texts)
+    after = _fork(child)
+    assert after == dict.fromkeys(("new", "inherited"), "UnavailableError: True")
+    assert before in (after, dict.fromkeys(("new", "inherited"), "(8, 384)"))
+    assert np.array_equal(e.embed(texts), vectors)  # the parent keeps embedding
 
 
 # ---------------------------------------------------------------------------------------------
