@@ -10,9 +10,9 @@
 //! - `changelog`, `changelog.1`, `changelog.2`, ... (generations): sequence -> [`Change`],
 //!   written in the same transaction as the change, so the derived indexes can replay deletes
 //!   and moves after their last checkpoint. A checkpoint starts a new generation when it fixes
-//!   its sequence and, once both indexes hold everything before, drops the older generations
-//!   whole (a table drop frees its pages without visiting each entry, and never waits for
-//!   writes made meanwhile, which are in the new generation);
+//!   its sequence; once both indexes hold everything before, the next write group drops the
+//!   older generations whole, in its transaction (a table drop frees its pages without
+//!   visiting each entry; writes made meanwhile are in the new generation);
 //! - `meta`: settings (format version, dims, metric, embed model) and counters.
 //!
 //! Invariant: a row exists iff it has an `ids`, a `cols` and a `payload` entry; all three are

@@ -5,7 +5,8 @@
 //! thread takes it. It holds the state lock just long enough to freeze the vector graphs at a
 //! sequence, saves them and commits the keyword index with no lock held (writes meanwhile go
 //! to the graphs' overlays), then thaws the graphs and drains the overlays into them in small
-//! steps. `checkpointing` makes checkpoints, backups and compactions take turns.
+//! steps. The changelog generations it covered are dropped by the next write group, in its
+//! transaction. `checkpointing` makes checkpoints, backups and compactions take turns.
 
 use std::fs;
 use std::path::Path;
@@ -133,6 +134,7 @@ impl Engine {
             st.keyword.compact()?;
         }
         inner.checkpoint_in_turn(&turn, Reason::Force)?;
+        inner.drop_covered_logs()?;
         let mut rows = inner.rows.write();
         log::info!("compacting row store");
         rows.compact()
@@ -159,9 +161,24 @@ impl Inner {
         self.checkpoint_in_turn(&turn, why)
     }
 
+    /// Drops the changelog generations a checkpoint covered that no write group has dropped
+    /// yet (see `commit::drop_covered_logs`): at close, or before a compaction, when no group
+    /// may come after.
+    pub(super) fn drop_covered_logs(&self) -> Result<()> {
+        let rows = self.rows.read();
+        let mut counters = self.counters.lock();
+        if counters.drop_before > 0 {
+            let b = rows.begin()?;
+            b.drop_logs_before(counters.drop_before)?;
+            b.commit()?;
+            counters.drop_before = 0;
+        }
+        Ok(())
+    }
+
     fn checkpoint_in_turn(&self, _turn: &MutexGuard<'_, ()>, why: Reason) -> Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
-        let rows = self.rows.read();
+        let _rows = self.rows.read();
         let (seq, gen, graphs, keyword) = {
             // counters before state: the commit leader takes them in that order
             let mut counters = self.counters.lock();
@@ -193,10 +210,10 @@ impl Inner {
         self.thaw(saved.is_ok().then_some(seq))?;
         saved?;
         if keyword.committed_seq() >= seq {
-            // both indexes hold every change of the older generations
-            let b = rows.begin()?;
-            b.drop_logs_before(gen)?;
-            b.commit()?;
+            // both indexes hold every change of the older generations: the next write group
+            // drops them (a transaction here would make the writers wait for it)
+            let mut counters = self.counters.lock();
+            counters.drop_before = counters.drop_before.max(gen);
         }
         self.checkpoints
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -254,7 +254,9 @@ impl Inner {
         // what the indexes will need is checked while the group can still be refused
         let ready = match failed {
             Some(m) => Err(Error::Storage(m)),
-            None => prepare(&st, &effects).and_then(|()| batch.set_meta("counters", &*counters)),
+            None => prepare(&st, &effects)
+                .and_then(|()| drop_covered_logs(&batch, &mut counters))
+                .and_then(|()| batch.set_meta("counters", &*counters)),
         };
         let committed = match ready {
             Err(e) => Err((e, "nothing from it was stored")),
@@ -360,6 +362,19 @@ impl Inner {
 fn landed(rows: &crate::rows::RowStore, seq: u64) -> Option<bool> {
     let stored: Option<Counters> = rows.snapshot().ok()?.meta("counters").ok()?;
     Some(stored.is_some_and(|c| c.seq == seq))
+}
+
+/// Drops the changelog generations a checkpoint covered (see `Counters::drop_before`) in the
+/// group's transaction. Measured: in a transaction of its own at the end of the checkpoint
+/// (~1 ms of table drops for 50,000 changes, then an fsync), a writer's transaction waited
+/// 12 and 18 ms for it in 2 of 8 runs of `bench_vector`'s writes across a checkpoint (100k
+/// rows, loaded 2-core machine). Should the group fail, the restored counters keep it due.
+fn drop_covered_logs(batch: &crate::rows::Batch, counters: &mut Counters) -> Result<()> {
+    if counters.drop_before > 0 {
+        batch.drop_logs_before(counters.drop_before)?;
+        counters.drop_before = 0;
+    }
+    Ok(())
 }
 
 /// Room in the vector graphs for the group's inserts (a failed reservation refuses the

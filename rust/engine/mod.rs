@@ -80,6 +80,10 @@ struct Counters {
     /// The changelog generation writes go to (derived from the tables on open).
     #[serde(skip)]
     log_gen: u64,
+    /// Changelog generations older than this are held by both indexes (a checkpoint covered
+    /// them): the next write group drops them in its own transaction (0: none to drop).
+    #[serde(skip)]
+    drop_before: u64,
 }
 
 /// Derived, in-memory state; changed only by the commit leader under the exclusive lock.

@@ -170,7 +170,9 @@ impl Engine {
             return Ok(());
         };
         inner.checkpointer.stop();
-        let checkpointed = inner.checkpoint(Reason::Close);
+        let checkpointed = inner
+            .checkpoint(Reason::Close)
+            .and_then(|()| inner.drop_covered_logs());
         if let Err(e) = inner.rows.write().trim() {
             // the file is intact, only larger than it needs to be
             log::warn!("row store: giving back unused space at close failed: {e}");

@@ -279,3 +279,40 @@ fn concurrent_writers_share_commits() {
     assert!(groups < 200, "200 concurrent writes took {groups} commits");
     e.close().unwrap();
 }
+
+/// The changelog generations a checkpoint covered, as a backup taken now holds them.
+fn log_gens_of(e: &Engine, dir: &std::path::Path) -> Vec<u64> {
+    let dest = dir.join(format!("backup-{}", now()));
+    e.backup(&dest).unwrap();
+    let rows = memini::rows::RowStore::open(Some(&dest.join("rows.redb"))).unwrap();
+    rows.snapshot().unwrap().log_gens().unwrap()
+}
+
+#[test]
+fn the_changelog_a_checkpoint_covered_is_dropped_by_the_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(Some(&dir.path().join("s")), &opts(2)).unwrap();
+    // 50,000 changes make a periodic checkpoint due (commit::CHECKPOINT_EVERY)
+    let batch = (0..50_000u32)
+        .map(|i| {
+            mem(
+                &format!("m{i}"),
+                "n",
+                "x",
+                Some(common::vector(u64::from(i), 2)),
+            )
+        })
+        .collect();
+    e.upsert_many(batch).unwrap();
+    let t0 = std::time::Instant::now();
+    while e.stats().unwrap().checkpoints == 0 {
+        assert!(t0.elapsed().as_secs() < 120, "no checkpoint came");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // the checkpoint left generation 0 to the next write group, which logs into generation 1
+    assert_eq!(log_gens_of(&e, dir.path()), vec![0]);
+    e.upsert_many(vec![mem("last", "n", "y", None)]).unwrap();
+    assert_eq!(log_gens_of(&e, dir.path()), vec![1]);
+    assert_eq!(e.get("n", "m49999").unwrap().content, "x");
+    e.close().unwrap();
+}
