@@ -38,7 +38,9 @@ fn unit(i: u64, dims: usize) -> Vec<f32> {
         .map(|d| (mix(i << 16 | d) >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
         .collect();
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter_mut().for_each(|x| *x /= norm);
+    for x in &mut v {
+        *x /= norm;
+    }
     v
 }
 
@@ -128,6 +130,6 @@ fn main() {
         "{{\"open\": {open:.3}, \"open_search\": {open_search:.3}, \"close\": {close:.3}, \
          \"hits\": {}, \"peak_rss_mb\": {peak:.0}, \"vector_memory_mb\": {:.0}}}",
         hits.len(),
-        stats.vector_memory_bytes as f64 / (1 << 20) as f64,
+        stats.vector_memory_bytes as f64 / f64::from(1 << 20),
     );
 }

@@ -470,7 +470,7 @@ mod tests {
     fn a_copy_filled_in_any_order_is_the_copy_inserted_in_key_order() {
         let keys: Vec<u64> = (0..3000).map(|i| i * 3).collect();
         let mut inserted = Compact::new(16, Metric::Cos);
-        for k in keys.iter().filter(|k| *k % 7 != 0) {
+        for k in keys.iter().filter(|k| !k.is_multiple_of(7)) {
             inserted.insert(*k, &v(*k, 16));
         }
         let mut filled = Compact::with_keys(16, Metric::Cos, keys.clone());
@@ -478,7 +478,7 @@ mod tests {
         for block in keys.chunks(64).enumerate().map(|(i, b)| (i, b.len())) {
             for j in (0..block.1).rev() {
                 let row = block.0 * 64 + j;
-                if keys[row] % 7 != 0 {
+                if !keys[row].is_multiple_of(7) {
                     filled.fill(row, &v(keys[row], 16));
                 }
             }

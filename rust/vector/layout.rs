@@ -428,17 +428,17 @@ mod tests {
     }
 
     /// Vectors in the test graph: several chunks of slots, so several waves of reads.
-    const N: u64 = 3 * CHUNK as u64 + 100;
+    const N: usize = 3 * CHUNK + 100;
     /// Its graves: every 13th vector.
-    const GRAVES: usize = N.div_ceil(13) as usize;
+    const GRAVES: usize = N.div_ceil(13);
 
     /// A graph of `N` vectors, `GRAVES` of them graves; its saved file and its stripped form.
     fn saved() -> (tempfile::TempDir, Graph, Vec<u8>, Vec<u8>) {
         let slots = Slots::new(4);
-        let g = Graph::create(DIMS, Metric::Cos, N as usize, &slots.acquire()).unwrap();
-        let items: Vec<(u64, Vec<f32>)> = (0..N).map(|i| (i, v(i))).collect();
+        let g = Graph::create(DIMS, Metric::Cos, N, &slots.acquire()).unwrap();
+        let items: Vec<(u64, Vec<f32>)> = (0..N as u64).map(|i| (i, v(i))).collect();
         g.add_all(&items, &slots).unwrap();
-        for i in (0..N).step_by(13) {
+        for i in (0..N as u64).step_by(13) {
             g.bury(i, &slots.acquire()).unwrap();
         }
         let dir = tempfile::tempdir().unwrap();
@@ -491,11 +491,11 @@ mod tests {
     fn a_stripped_graph_spliced_with_the_rows_vectors_is_the_file_usearch_saved() {
         let (_dir, _g, full, stripped) = saved();
         // the graves keep their vectors; the live ones do not
-        let links = full.len() - 8 - N as usize * 4 * DIMS;
+        let links = full.len() - 8 - N * 4 * DIMS;
         assert_eq!(stripped.len(), PREFIX + links + GRAVES * (8 + 4 * DIMS));
         let (out, found) = spliced(&stripped, DIMS, &rows).unwrap();
         assert_eq!(out, full);
-        assert_eq!(found, (0..N).filter(|k| k % 13 != 0).collect());
+        assert_eq!(found, (0..N as u64).filter(|k| k % 13 != 0).collect());
     }
 
     #[test]
@@ -504,7 +504,7 @@ mod tests {
         let keys = saved_keys(&dir.path().join("g.usearch")).unwrap();
         assert_eq!(keys, Stripped::parse(&stripped, DIMS).unwrap().keys());
         let live: HashSet<u64> = keys.iter().copied().filter(|k| *k < GRAVE).collect();
-        assert_eq!(live, (0..N).filter(|k| k % 13 != 0).collect());
+        assert_eq!(live, (0..N as u64).filter(|k| k % 13 != 0).collect());
     }
 
     #[test]
@@ -525,7 +525,7 @@ mod tests {
         let rows = |keys: &[u64], out: &mut Vec<u8>| Ok(rows_but(&gone, keys, out));
         let (full, found) = spliced(&stripped, DIMS, &rows).unwrap();
         // the vectors the rows lack are not handed on (their stand-ins are no one's)
-        assert!(found.len() == N as usize - GRAVES - gone.len() && found.is_disjoint(&gone));
+        assert!(found.len() == N - GRAVES - gone.len() && found.is_disjoint(&gone));
         let slots = Slots::new(4);
         let mut loaded = Graph::create(DIMS, Metric::Cos, 0, &slots.acquire()).unwrap();
         loaded.load_buffer(&full, GRAVES, &slots.acquire()).unwrap();
@@ -534,10 +534,10 @@ mod tests {
         for k in &gone {
             assert!(loaded.get(*k, &mut buf, &p));
             assert_ne!(buf, v(*k));
-            let known = (0..N).filter(|i| !gone.contains(i));
+            let known = (0..N as u64).filter(|i| !gone.contains(i));
             assert!(known.map(v).any(|s| s == buf), "not a neighbour's vector");
         }
-        for k in (0..N).filter(|k| k % 13 != 0 && !gone.contains(k)) {
+        for k in (0..N as u64).filter(|k| k % 13 != 0 && !gone.contains(k)) {
             assert!(loaded.get(k, &mut buf, &p));
             assert_eq!(buf, v(k));
             let mut orig = vec![0f32; DIMS];
