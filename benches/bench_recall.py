@@ -282,11 +282,14 @@ def eight(data: D.Dataset) -> Iterator[Any]:
 def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) -> None:
     """Goal: recall over 8 namespaces (a list, and linked) <= 8x one namespace.
 
-    "One namespace" is measured two ways: always ``ns0`` (its graph stays in the CPU caches:
-    the ratio to it also counts the cache misses of reading 8 graphs, ~30 MB at 20k rows) and
-    rotating over the 8 namespaces, one per query (the same data read as the 8-namespace
-    call, so the ratio counts only what recall adds per namespace). The keyword leg over 8
-    namespaces is one pass over the index; the vector leg is one graph search per namespace.
+    "One namespace" is recall over one of the same 8 namespaces, taken in turn (query i
+    searches ``ns{i % 8}``): both sides then read the same graphs from memory, so the ratio
+    counts what recall adds per namespace. This is the goal row. Beside it, the ratio to
+    always the same namespace ``ns0``, whose graph (~4 MB at 20k rows) stays in the CPU
+    caches while 8 (~30 MB) do not, and the same two ratios for the plain searches recall
+    replaces (a `vector_search` and a `keyword_search` of k=50 per namespace): the cache
+    effect is the data's, not recall's. The keyword leg over 8 namespaces is one pass over
+    the index; the vector leg is one graph search per namespace, so ~8x is its floor.
     """
     texts, vecs = _queries(data)
     names = [f"ns{j}" for j in range(8)]
@@ -311,25 +314,29 @@ def test_recall_eight_namespaces(benchmark: Any, data: D.Dataset, eight: Any) ->
 
         return go
 
-    many, one = D.timed_pair(benchmark, run(names), run("ns0"), 3)
+    many, spread = D.timed_pair(benchmark, run(names), rotating, 3)
     linked = min(_time(run("ns0", linked=True)) for _ in range(3))
-    spread = min(_time(rotating) for _ in range(3))
+    same = min(_time(run("ns0")) for _ in range(3))
     peer = min(_time(searches(names)) for _ in range(3)) / min(
         _time(searches(["ns0"])) for _ in range(3)
     )
     benchmark.group = "recall"
-    benchmark.extra_info.update(
-        {
-            "eight_s": many,
-            "one_s": one,
-            "one_rotating_s": spread,
-            "ratio": many / one,
-            "linked_ratio": linked / one,
-            "ratio_vs_rotating": many / spread,
-            "linked_ratio_vs_rotating": linked / spread,
-            "peer_ratio_two_searches_8_vs_1": peer,
-            "goal": "<= 8",
-        }
+    D.report(
+        benchmark,
+        "recall 8 namespaces / 1",
+        many / spread,
+        "x",
+        goal="<= 8x",
+        met=many / spread <= 8,
+        note=f"linked {linked / spread:.2f}x; vs always ns0 (cache-hot): {many / same:.2f}x,"
+        f" linked {linked / same:.2f}x; plain searches 8 vs ns0: {peer:.2f}x",
+        eight_s=many,
+        one_rotating_s=spread,
+        one_same_s=same,
+        linked_ratio=linked / spread,
+        ratio_vs_same=many / same,
+        linked_ratio_vs_same=linked / same,
+        peer_ratio_two_searches_8_vs_1=peer,
     )
 
 

@@ -61,6 +61,31 @@ def test_exit_after_writes_is_clean(tmp_path: Path, how: str) -> None:
     assert snapshot(tmp_path / "s") == before
 
 
+def test_an_engine_dropped_at_interpreter_exit_closes_quietly(tmp_path: Path) -> None:
+    """A core engine nobody closed (a `Store` closes its own at exit) is dropped while the
+    interpreter shuts down; its close logs (tantivy releasing its lock), and those records
+    must be dropped, not panic attaching to a finalised interpreter."""
+    leak = textwrap.dedent(
+        """
+        import sys
+        from memini._core import Engine
+
+        ENGINE = Engine(sys.argv[1], 4, "cos")  # the raw core, which nothing closes at exit
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", leak, str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "panicked" not in run.stderr and "PanicException" not in run.stderr, run.stderr[-2000:]
+    from memini._core import Engine
+
+    Engine(str(tmp_path / "s"), 4, "cos").close()  # closed at exit: its lock is free
+
+
 def test_no_file_changes_after_close(tmp_path: Path) -> None:
     from memini import Memory, Store
 

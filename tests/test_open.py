@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import memini
+from embed_helpers import needs_weights
 from memini import (
     APIKey,
     DimensionMismatchError,
@@ -611,8 +612,8 @@ def _child_probe(s: Store) -> dict[str, str]:
     return report
 
 
-def _fork(s: Store) -> dict[str, str]:
-    """Fork; the child probes `s`; returns the child's report (the child never returns)."""
+def _fork(probe: Callable[[], dict[str, str]]) -> dict[str, str]:
+    """Fork; the child runs ``probe``; returns its report (the child never returns)."""
     r, w = os.pipe()
     with warnings.catch_warnings():
         # Python >= 3.12 warns about forking a process that has threads; that is the point here.
@@ -623,7 +624,11 @@ def _fork(s: Store) -> dict[str, str]:
         try:
             os.close(r)
             signal.alarm(60)  # a hang in the child kills it instead of the test run
-            os.write(w, json.dumps(_child_probe(s)).encode())
+            try:
+                report = probe()
+            except BaseException as e:  # reported to the parent, which fails the test
+                report = {"child raised": f"{type(e).__name__}: {e}"}
+            os.write(w, json.dumps(report).encode())
             code = 0
         finally:
             os._exit(code)
@@ -631,7 +636,7 @@ def _fork(s: Store) -> dict[str, str]:
     with os.fdopen(r, "rb") as f:
         data = f.read()
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, f"child status {status}"
+    assert os.waitstatus_to_exitcode(status) == 0, f"child status {status}, wrote {data!r}"
     report: dict[str, str] = json.loads(data)
     return report
 
@@ -643,7 +648,7 @@ def test_fork_child_finds_store_closed_parent_keeps_it(tmp_path: Path, kind: str
     s = Store.open(path, dims=4)
     try:
         s.upsert(mem("a", embedding=[1, 2, 3, 4]))
-        report = _fork(s)
+        report = _fork(lambda: _child_probe(s))
         expected = dict.fromkeys(report, "StoreClosedError")
         expected["close"] = expected["close-again"] = "returned"
         assert report == expected
@@ -668,6 +673,108 @@ def test_fork_child_finds_store_closed_parent_keeps_it(tmp_path: Path, kind: str
     if path is not None:
         with Store.open(path) as again:
             assert sorted(m.id for m in again.list(NS)) == ["a", "b"]
+
+
+def _use_core_threads() -> dict[str, str]:
+    """Work on the core's threads: a bulk insert and a parallel search on its worker pool, and
+    searches awaited through `memini.aio` (the binding's own threads)."""
+    import asyncio
+
+    from memini.aio import AsyncStore
+
+    rng = np.random.default_rng(0)
+    s = Store.open(None, dims=8)
+    s.upsert_many(
+        [mem(f"m{i}", embedding=rng.random(8).tolist()) for i in range(3000)]  # graph inserts
+    )
+    many = s.vector_search_many(NS, rng.random((64, 8), dtype=np.float32), k=3)
+
+    async def awaited() -> int:
+        async with AsyncStore(s) as a:
+            hits = await asyncio.gather(
+                *(a.vector_search(NS, rng.random(8, dtype=np.float32), k=2) for _ in range(4))
+            )
+            return sum(len(h) for h in hits)
+
+    return {
+        "rows": str(s.count(NS)),
+        "many": str(len(many)),
+        "awaited": str(asyncio.run(awaited())),
+    }
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_child_starts_its_own_core_threads() -> None:
+    """Threads do not survive fork: a child forked after the parent used the core's worker
+    pool and aio threads must start its own, not hand work to threads that are gone (it
+    waited forever: multiprocessing's fork start method after the parent used a store)."""
+    parent = _use_core_threads()
+    assert parent == {"rows": "3000", "many": "64", "awaited": "8"}
+    assert _fork(_use_core_threads) == parent
+    assert _use_core_threads() == parent  # and the parent's threads still serve it
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_child_finds_an_async_store_closed() -> None:
+    """An `AsyncStore` opened before fork raises in the child as its `Store` does; its worker
+    pool's threads are gone there, and a call queued for them waited forever."""
+    import asyncio
+
+    from memini.aio import AsyncStore
+
+    a = AsyncStore(Store.open(None, dims=4))
+    q = np.ones(4, dtype=np.float32)
+
+    async def calls() -> dict[str, str]:
+        report = {}
+        for name, call in (
+            ("upsert", lambda: a.upsert(mem("x", embedding=[1, 2, 3, 4]))),  # worker pool
+            ("get", lambda: a.get(NS, "x")),
+            ("vector_search", lambda: a.vector_search(NS, q)),  # the core's threads
+        ):
+            try:
+                await call()
+                report[name] = "returned"
+            except Exception as e:
+                report[name] = type(e).__name__
+        return report
+
+    try:
+        assert asyncio.run(calls()) == dict.fromkeys(("upsert", "get", "vector_search"), "returned")
+        closed = _fork(lambda: asyncio.run(calls()))
+        assert closed == dict.fromkeys(("upsert", "get", "vector_search"), "StoreClosedError")
+        assert asyncio.run(calls())["get"] == "returned"  # the parent's keeps working
+    finally:
+        asyncio.run(a.close())
+
+
+@needs_weights
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_child_of_a_process_that_embedded_refuses_to_embed() -> None:
+    """candle's thread pools (under the local embedder) do not survive fork: a child forked
+    after its parent ran the model gets UnavailableError at once (it waited forever), from a
+    new embedder and from the parent's; a child forked before any embed, and the parent,
+    embed as usual."""
+    from memini.embed import LocalEmbedder
+
+    texts = [f"memory number {i} about forks, threads and pools" for i in range(8)]
+
+    def child() -> dict[str, str]:
+        report = {}
+        for name, make in (("new", LocalEmbedder), ("inherited", lambda: e)):
+            try:
+                report[name] = str(make().embed(texts).shape)
+            except memini.UnavailableError as err:
+                report[name] = f"UnavailableError: {'spawn' in str(err)}"
+        return report
+
+    e = LocalEmbedder()
+    before = _fork(child)  # nothing embedded yet in this process... unless an earlier test did
+    vectors = e.embed(texts)
+    after = _fork(child)
+    assert after == dict.fromkeys(("new", "inherited"), "UnavailableError: True")
+    assert before in (after, dict.fromkeys(("new", "inherited"), "(8, 384)"))
+    assert np.array_equal(e.embed(texts), vectors)  # the parent keeps embedding
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,15 +80,20 @@ class _Workers:
     """
 
     def __init__(self, workers: int, name: str) -> None:
+        self._max = workers
+        self._name = name
+        self._shut = False
+        self._reset()
+        _LIVE.add(self)
+
+    def _reset(self) -> None:
+        """No threads and no jobs: a new pool, or a forked child's copy (whose threads did not
+        survive the fork, so a job queued for them would wait forever)."""
         self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         # one token per worker that is, or is about to be, waiting for a job
         self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._max = workers
-        self._name = name
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
-        self._shut = False
-        _LIVE.add(self)
 
     def submit(self, job: Callable[[], object]) -> None:
         """Run ``job()`` on a worker thread (it must handle its own exceptions)."""
@@ -129,6 +134,15 @@ class _Workers:
 
 
 _LIVE: weakref.WeakSet[_Workers] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_LIVE):
+        pool._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _stop_all() -> None:

@@ -163,11 +163,16 @@ class _Base:
         attempt: int,
     ) -> float:
         """The pause before retrying a call whose `attempt`-th try (0-based) got a 503 or no
-        answer (`failed`); raises the call's error when it is not to be retried."""
+        answer (`failed`); raises the call's error when it is not to be retried (nor is any
+        call once the client is closing)."""
         exc = failed if isinstance(failed, Exception) else None
         status = 0 if isinstance(failed, Exception) else failed.status_code
         pause: float = min(_BACKOFF_FIRST * 2.0 ** min(attempt, 16), _BACKOFF_MAX)
-        if not _retryable(method, exc, status) or time.monotonic() + pause > deadline:
+        if (
+            self._closed
+            or not _retryable(method, exc, status)
+            or time.monotonic() + pause > deadline
+        ):
             if isinstance(failed, Exception):
                 raise _unanswered(method, self._url, failed) from failed
             raise _error(failed)
@@ -231,33 +236,45 @@ class RemoteStore(_Base):
             headers=self._headers,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
         )
+        # calls in flight, which `close` waits for before closing their connections
+        self._calls = 0
+        self._idle = threading.Condition()
 
     def _call(self, name: str, bound: Mapping[str, Any]) -> Any:
         method, body = self._prepare(name, bound)
-        deadline = time.monotonic() + self._retry_for
-        for attempt in itertools.count():
-            failed: httpx.Response | Exception
-            try:
-                failed = response = self._http.post(f"/v1/{name}", content=body)
-            except httpx.TransportError as e:
-                self._check()  # closed meanwhile by another thread
-                failed = e
-            except RuntimeError as e:  # the client was closed from another thread
-                self._check()
-                raise UnavailableError(str(e)) from e
-            else:
-                if response.status_code != 503:
-                    return _answer(method, response)
-            time.sleep(self._pause(method, failed, deadline, attempt))
-        raise AssertionError("unreachable")
+        with self._idle:
+            self._check()
+            self._calls += 1
+        try:
+            deadline = time.monotonic() + self._retry_for
+            for attempt in itertools.count():
+                failed: httpx.Response | Exception
+                try:
+                    failed = response = self._http.post(f"/v1/{name}", content=body)
+                except httpx.TransportError as e:
+                    failed = e
+                else:
+                    if response.status_code != 503:
+                        return _answer(method, response)
+                time.sleep(self._pause(method, failed, deadline, attempt))
+            raise AssertionError("unreachable")
+        finally:
+            with self._idle:
+                self._calls -= 1
+                self._idle.notify_all()
 
     def close(self) -> None:
-        """Close this client's connections (the served store stays open). Idempotent.
+        """Close this client's connections (the served store stays open) once the calls in
+        flight have their answers; calls made meanwhile raise `StoreClosedError`, and one
+        between retries stops with its last error. Idempotent.
 
         In a process forked from the one that connected this is a no-op.
         """
-        if not self._closed and not self._forked:
+        with self._idle:
+            if self._forked:
+                return
             self._closed = True
+            self._idle.wait_for(lambda: self._calls == 0)
             self._http.close()
 
     def __enter__(self) -> Self:

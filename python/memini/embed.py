@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import importlib.metadata
 import math
+import os
 import threading
 import time
 import zipfile
@@ -122,6 +123,21 @@ _LOCAL_MODELS = {
 _LOCAL_ALIASES = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
 _INSTALL_HINT = "pip install 'memini[embed]'"
 
+# Whether this process has run the local model, and whether it was forked from one that had:
+# candle (the tensor library under the model) keeps process-wide thread pools whose threads
+# do not survive fork(), so a forked child's forward pass would wait for them forever.
+_RAN_MODEL = False
+_FORKED_AFTER_MODEL = False
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED_AFTER_MODEL
+    _FORKED_AFTER_MODEL = _FORKED_AFTER_MODEL or _RAN_MODEL
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 def _weights_zip(model: str) -> Path:
     """Where the installed weights package keeps ``model``'s zip, found from the
@@ -163,6 +179,10 @@ class LocalEmbedder:
         batch: Texts per forward pass (texts are sorted by length first, so a batch is
             padded to about its own length).
 
+    A process forked after its parent ran the model cannot run it (the tensor library's
+    thread pools do not survive fork): `embed` there raises `UnavailableError` at once.
+    Start worker processes with the ``spawn`` or ``forkserver`` method, or fork first.
+
     Raises:
         InvalidArgumentError: An unknown model, a batch < 1, or the weights not installed
             (the message says ``pip install 'memini[embed]'``).
@@ -190,6 +210,14 @@ class LocalEmbedder:
         return f"LocalEmbedder(model={self.model!r}, batch={self.batch})"
 
     def _model(self) -> LocalModel:
+        global _RAN_MODEL
+        if _FORKED_AFTER_MODEL:
+            raise UnavailableError(
+                "the local embedder cannot run in a process forked after its parent ran it "
+                "(its thread pools do not survive fork): embed in the parent, or start "
+                "workers with multiprocessing's 'spawn' or 'forkserver' method"
+            )
+        _RAN_MODEL = True
         core = self._core
         if core is not None:
             return core

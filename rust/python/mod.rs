@@ -83,12 +83,33 @@ fn ranking(
     ))
 }
 
+/// The core's `log` records, sent to Python's `logging.getLogger("memini.<module>")` by
+/// pyo3-log while the interpreter runs, and dropped once it has shut down: an engine left
+/// open until exit still logs while it closes (tantivy releasing its lock file), and pyo3-log
+/// would then panic attaching to the finalised interpreter.
+struct ToPython(pyo3_log::Logger);
+
+impl log::Log for ToPython {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        // None: the interpreter is gone, and the record with it
+        let _ = Python::try_attach(|_| self.0.log(record));
+    }
+
+    fn flush(&self) {}
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // The core's `log` records go to Python's `logging.getLogger("memini.<module>")`.
-    // Only logger objects are cached, not levels, so a level set later still applies.
+    // Only logger objects are cached, not levels, so a level set later still applies; DEBUG
+    // is the most a record can pass (pyo3-log's own default).
     if let Ok(logger) = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers) {
-        let _ = logger.install();
+        if log::set_boxed_logger(Box::new(ToPython(logger))).is_ok() {
+            log::set_max_level(log::LevelFilter::Debug);
+        }
     }
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<embed::PyLocalModel>()?;

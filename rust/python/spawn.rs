@@ -14,12 +14,13 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 
 use super::errors::outcome;
+use crate::pool::PerProcess;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -38,7 +39,8 @@ struct Threads {
     started: Mutex<usize>,
 }
 
-static THREADS: OnceLock<Threads> = OnceLock::new();
+/// Per process: a child forked after the parent started threads starts its own.
+static THREADS: PerProcess<Threads> = PerProcess::new();
 
 impl Threads {
     fn get() -> &'static Self {
