@@ -59,6 +59,14 @@ impl Drop for Permit<'_> {
     }
 }
 
+/// A graph search's keys with usearch's distances to the query (smaller is nearer), nearest
+/// first.
+pub(super) type Hits = Vec<(u64, f32)>;
+
+fn hits(m: usearch::ffi::Matches) -> Hits {
+    m.keys.into_iter().zip(m.distances).collect()
+}
+
 /// Graph partition: a usearch index reachable only through methods that demand a [`Permit`].
 pub(super) struct Graph {
     index: Index,
@@ -133,25 +141,27 @@ impl Graph {
         self.index.add(key, v).map_err(|e| usearch_err("add", e))
     }
 
-    pub(super) fn search(&self, q: &[f32], count: usize, _: &Permit<'_>) -> Result<Vec<u64>> {
+    /// The `count` nearest live keys to `q` with usearch's distances, nearest first.
+    pub(super) fn search(&self, q: &[f32], count: usize, _: &Permit<'_>) -> Result<Hits> {
         let m = if self.removed() == 0 {
             self.index.search(q, count)
         } else {
             self.index.filtered_search(q, count, |key: u64| key < GRAVE)
         };
-        Ok(m.map_err(|e| usearch_err("search", e))?.keys)
+        Ok(hits(m.map_err(|e| usearch_err("search", e))?))
     }
 
+    /// The `count` nearest keys passing `pred`, as [`Graph::search`].
     pub(super) fn filtered_search(
         &self,
         q: &[f32],
         count: usize,
         pred: impl Fn(u64) -> bool,
         _: &Permit<'_>,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<Hits> {
         self.index
             .filtered_search(q, count, pred)
-            .map(|m| m.keys)
+            .map(hits)
             .map_err(|e| usearch_err("filtered search", e))
     }
 
