@@ -304,6 +304,7 @@ impl Columns {
     pub fn load(records: Vec<(u64, Col)>) -> Self {
         let mut c = Self::default();
         c.rows.reserve(records.len());
+        c.by_vkey.reserve(records.len());
         for (rid, col) in records {
             c.put(rid, col);
         }
@@ -313,10 +314,15 @@ impl Columns {
     /// Inserts or replaces the row `rid`; returns the previous record.
     pub fn put(&mut self, rid: u64, col: Col) -> Option<Col> {
         let old = self.remove(rid);
-        self.namespaces
-            .entry(col.namespace.clone())
-            .or_default()
-            .add(rid, &col);
+        // the name is cloned only for a new namespace (an open puts every row)
+        match self.namespaces.get_mut(&col.namespace) {
+            Some(ns) => ns.add(rid, &col),
+            None => {
+                let mut ns = Namespace::default();
+                ns.add(rid, &col);
+                self.namespaces.insert(col.namespace.clone(), ns);
+            }
+        }
         if let Some(k) = col.vkey {
             self.by_vkey.insert(k, rid);
         }

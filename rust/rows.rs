@@ -444,11 +444,17 @@ impl Snapshot {
             .collect()
     }
 
-    /// The stored vectors of several rows as stored (little-endian f32), in the order asked.
-    pub fn vector_bytes(&self, rids: &[u64]) -> Result<Vec<Option<Vec<u8>>>> {
+    /// The stored vectors of several rows as stored (little-endian f32), appended to `out`
+    /// one after another in the order asked; returns the length of each (None where absent).
+    pub fn vector_bytes(&self, rids: &[u64], out: &mut Vec<u8>) -> Result<Vec<Option<usize>>> {
         let t = self.txn.open_table(VECTORS)?;
         rids.iter()
-            .map(|rid| Ok(t.get(*rid)?.map(|v| v.value().to_vec())))
+            .map(|rid| {
+                Ok(t.get(*rid)?.map(|v| {
+                    out.extend_from_slice(v.value());
+                    v.value().len()
+                }))
+            })
             .collect()
     }
 

@@ -23,17 +23,16 @@ pub(super) fn open_vectors(
 ) -> Result<(VectorIndex, u64)> {
     let mut vi = VectorIndex::new(dims, metric, tuning);
     // a checkpoint holds the graphs without the vectors the rows hold
-    let rows = |keys: &[u64]| -> Result<Vec<Option<Vec<u8>>>> {
+    let rows = |keys: &[u64], out: &mut Vec<u8>| -> Result<Vec<Option<usize>>> {
         let rids: Vec<Option<u64>> = keys.iter().map(|k| cols.by_vkey.get(k).copied()).collect();
         let found: Vec<u64> = rids.iter().flatten().copied().collect();
-        let mut vectors = snap.vector_bytes(&found)?.into_iter();
+        let mut lens = snap.vector_bytes(&found, out)?.into_iter();
         Ok(rids
             .iter()
-            .map(|rid| rid.and_then(|_| vectors.next().flatten()))
+            .map(|rid| rid.and_then(|_| lens.next().flatten()))
             .collect())
     };
     let loaded = dir.and_then(|d| vi.load(&d.join("vectors"), &rows));
-    let loaded_graphs = vi.namespaces();
     if let Some(from) = loaded {
         let changes = snap.changes_after(from)?;
         let complete = from == seq || changes.first().is_some_and(|(s, _)| *s == from + 1);
@@ -68,18 +67,6 @@ pub(super) fn open_vectors(
                     .push((k, *rid));
             }
         }
-    }
-    // the graphs loaded from the checkpoint: index their vectors (exact matches, compact copy)
-    let mut old: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for c in cols.rows.values() {
-        if let Some(k) = c.vkey {
-            if loaded_graphs.contains(&c.namespace) && vi.contains(&c.namespace, k) {
-                old.entry(c.namespace.as_str()).or_default().push(k);
-            }
-        }
-    }
-    for (ns, keys) in old {
-        vi.index_loaded(ns, &keys);
     }
     for (ns, keys) in missing {
         vi.add(ns, vectors_of(snap, &keys)?)?;

@@ -3,10 +3,11 @@
 //! for the graph to find their nearest quickly (see `plan`).
 //!
 //! It is derived, like the graph: built from the full vectors when a partition is created or
-//! loaded (an open takes it from the graph's own vectors), changed with the partition on every
-//! add and remove (frozen or not: it is never saved, so a checkpoint never waits for it), and
-//! never the source of a score: a scan only *selects* candidates, a few times `k`, which are
-//! then rescored exactly in f64 from the full vectors.
+//! loaded (an open fills it in bulk as the vectors stream into the graph, see
+//! [`Compact::with_keys`]), changed with the partition on every add and remove (frozen or
+//! not: it is never saved, so a checkpoint never waits for it), and never the source of a
+//! score: a scan only *selects* candidates, a few times `k`, which are then rescored exactly
+//! in f64 from the full vectors.
 //!
 //! Each vector is stored as `round(v / s)` with `s = max|v_i| / 127` (codes in -127..=127),
 //! plus two f32 per row folding the metric, so that the selection distance is
@@ -33,9 +34,9 @@ use crate::types::Metric;
 /// Lanes of the int8 dot product (one 256-bit register of i16 products per step).
 const LANES: usize = 32;
 
-/// Int8 codes of `v` and their scale (`v ~= codes * scale`).
-fn quantize(v: &[f32], codes: &mut Vec<i8>) -> f32 {
-    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+/// Int8 codes of `v` into `codes` (as long), and their scale (`v ~= codes * scale`).
+fn quantize(v: &[f32], codes: &mut [i8]) -> f32 {
+    let max = lanes(v, |m, x| m.max(x.abs()), f32::max);
     let scale = if max > 0.0 && max.is_finite() {
         max / 127.0
     } else {
@@ -48,11 +49,38 @@ fn quantize(v: &[f32], codes: &mut Vec<i8>) -> f32 {
         clippy::cast_possible_truncation,
         reason = "clamped to -127..=127 first, truncated toward zero on purpose"
     )]
-    codes.extend(v.iter().map(|x| {
+    for (c, x) in codes.iter_mut().zip(v) {
         let y = x * inv;
-        (y + 0.5f32.copysign(y)).clamp(-127.0, 127.0) as i8
-    }));
+        *c = (y + 0.5f32.copysign(y)).clamp(-127.0, 127.0) as i8;
+    }
     scale
+}
+
+/// `step` folded over `v` in eight independent lanes (which the compiler keeps in one SIMD
+/// register; a single running value is a chain of dependent steps), the lanes then merged
+/// with `merge`.
+fn lanes(v: &[f32], step: impl Fn(f32, f32) -> f32, merge: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = v.chunks_exact(8);
+    let tail = chunks.remainder().iter().fold(0.0, |a, x| step(a, *x));
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] = step(acc[i], c[i]);
+        }
+    }
+    acc.into_iter().fold(tail, merge)
+}
+
+/// The codes of `v` into `codes` (as long), and its (mul, add) of the selection distance.
+fn encode(metric: Metric, v: &[f32], codes: &mut [i8]) -> (f32, f32) {
+    let scale = quantize(v, codes);
+    let norm2 = lanes(v, |a, x| a + x * x, |a, b| a + b);
+    match metric {
+        Metric::L2 => (2.0 * scale, norm2),
+        Metric::Ip => (scale, 0.0),
+        Metric::Cos if norm2 > 0.0 => (scale / norm2.sqrt(), 0.0),
+        Metric::Cos => (0.0, 0.0),
+    }
 }
 
 /// Dot product of two code vectors of equal length (inlined into the dispatched scan).
@@ -114,18 +142,45 @@ impl Compact {
         self.keys.len() - self.dead
     }
 
+    /// A copy with a row for each of `keys` (ascending), every one dead until
+    /// [`Compact::fill`]ed; [`Compact::settle`] then drops the rows never filled. A loaded
+    /// graph's vectors arrive in slot order, which follows key order only roughly: each is
+    /// written into its place, and no row moves.
+    pub(super) fn with_keys(dims: usize, metric: Metric, keys: Vec<u64>) -> Self {
+        debug_assert!(keys.is_sorted());
+        let n = keys.len();
+        Self {
+            dims,
+            metric,
+            keys,
+            alive: vec![false; n],
+            dead: n,
+            codes: vec![0; n * dims],
+            fold: vec![(0.0, 0.0); n],
+        }
+    }
+
+    /// Writes the vector of row `row` of a copy made [`Compact::with_keys`].
+    pub(super) fn fill(&mut self, row: usize, v: &[f32]) {
+        let d = self.dims;
+        self.fold[row] = encode(self.metric, v, &mut self.codes[row * d..(row + 1) * d]);
+        if !std::mem::replace(&mut self.alive[row], true) {
+            self.dead -= 1;
+        }
+    }
+
+    /// Drops the rows never filled (see [`Compact::with_keys`]).
+    pub(super) fn settle(&mut self) {
+        if self.dead > 0 {
+            self.sweep();
+        }
+    }
+
     /// Inserts or replaces the vector of `key`. Keys arrive mostly ascending (vector keys are
     /// allocated so); an older key is put in its place, moving the rows after it.
     pub(super) fn insert(&mut self, key: u64, v: &[f32]) {
-        let mut codes = Vec::with_capacity(self.dims);
-        let scale = quantize(v, &mut codes);
-        let norm2: f32 = v.iter().map(|x| x * x).sum();
-        let fold = match self.metric {
-            Metric::L2 => (2.0 * scale, norm2),
-            Metric::Ip => (scale, 0.0),
-            Metric::Cos if norm2 > 0.0 => (scale / norm2.sqrt(), 0.0),
-            Metric::Cos => (0.0, 0.0),
-        };
+        let mut codes = vec![0; self.dims];
+        let fold = encode(self.metric, v, &mut codes);
         let d = self.dims;
         if self.keys.last().is_none_or(|last| *last < key) {
             self.keys.push(key);
@@ -162,9 +217,13 @@ impl Compact {
             return;
         }
         self.dead += 1;
-        if self.dead < DEAD_MIN.max(self.keys.len() / 4) {
-            return;
+        if self.dead >= DEAD_MIN.max(self.keys.len() / 4) {
+            self.sweep();
         }
+    }
+
+    /// Rewrites the arrays without their dead rows.
+    fn sweep(&mut self) {
         let d = self.dims;
         let mut to = 0;
         for from in 0..self.keys.len() {
@@ -210,7 +269,7 @@ impl Compact {
     /// copy lacks are skipped. Listed ascending, `keys` are found in one forward walk and
     /// their rows read in address order.
     pub(super) fn nearest(&self, query: &[f32], keys: &[u64], keep: usize) -> Vec<u64> {
-        let mut q = Vec::with_capacity(self.dims);
+        let mut q = vec![0; self.dims];
         let q_scale = match self.metric {
             Metric::Cos => {
                 quantize(query, &mut q);
@@ -246,6 +305,18 @@ impl Compact {
     pub(super) fn memory_usage(&self) -> usize {
         // codes + fold + key + alive
         self.keys.len() * (self.dims + 8 + 8 + 1)
+    }
+
+    /// Each live row: key, codes, fold (ascending keys).
+    #[cfg(test)]
+    pub(super) fn rows(&self) -> Vec<(u64, &[i8], (f32, f32))> {
+        (0..self.keys.len())
+            .filter(|i| self.alive[*i])
+            .map(|i| {
+                let codes = &self.codes[i * self.dims..(i + 1) * self.dims];
+                (self.keys[i], codes, self.fold[i])
+            })
+            .collect()
     }
 }
 
@@ -393,6 +464,29 @@ mod tests {
         // a removed key put back revives its row
         c.insert(8, &v(8, 8));
         assert_eq!(c.nearest(&v(8, 8), &[6, 8, 10], 1), [8]);
+    }
+
+    #[test]
+    fn a_copy_filled_in_any_order_is_the_copy_inserted_in_key_order() {
+        let keys: Vec<u64> = (0..3000).map(|i| i * 3).collect();
+        let mut inserted = Compact::new(16, Metric::Cos);
+        for k in keys.iter().filter(|k| !k.is_multiple_of(7)) {
+            inserted.insert(*k, &v(*k, 16));
+        }
+        let mut filled = Compact::with_keys(16, Metric::Cos, keys.clone());
+        // slots follow keys roughly: in blocks, backwards within each; every 7th never comes
+        for block in keys.chunks(64).enumerate().map(|(i, b)| (i, b.len())) {
+            for j in (0..block.1).rev() {
+                let row = block.0 * 64 + j;
+                if !keys[row].is_multiple_of(7) {
+                    filled.fill(row, &v(keys[row], 16));
+                }
+            }
+        }
+        filled.settle();
+        assert_eq!(filled.rows(), inserted.rows());
+        assert_eq!(filled.len(), inserted.len());
+        assert_eq!(filled.nearest(&v(9, 16), &keys, 1), [9]);
     }
 
     #[test]

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::graph::{Graph, Permit, Slots};
 use super::layout;
-use super::part::{GraphPart, Partition};
-use super::{RowVectors, VectorIndex};
+use super::part::{GraphPart, Loading, Partition};
+use super::{RowVectors, VectorIndex, GRAVE};
 use crate::error::{Error, Result};
 
 /// The checkpoint format written: 2, graphs without their live vectors (`.graph` files, see
@@ -256,10 +256,9 @@ impl VectorIndex {
         }
         for gf in &manifest.graphs {
             match self.load_graph(&dir.join(&gf.file), gf, manifest.format, rows) {
-                Ok(g) => self.parts.insert(
-                    gf.namespace.clone(),
-                    Partition::Graph(GraphPart::new(g, self.dims)),
-                ),
+                Ok(part) => self
+                    .parts
+                    .insert(gf.namespace.clone(), Partition::Graph(part)),
                 Err(e) => {
                     log::warn!("vector graph {}: {e}; rebuilding from rows", gf.file);
                     self.parts.clear();
@@ -270,36 +269,59 @@ impl VectorIndex {
         Some(manifest.seq)
     }
 
+    /// Loads a graph file and indexes its live vectors as it goes (exact matches, compact
+    /// copy: see `part::Loading`), which a checkpoint does not hold.
     fn load_graph(
         &self,
         path: &Path,
         gf: &GraphFile,
         format: u32,
         rows: RowVectors<'_>,
-    ) -> Result<Graph> {
+    ) -> Result<GraphPart> {
         let corrupt = || Error::Corruption("the file is missing or corrupt".into());
         let mut g = self.new_graph(0)?;
-        if format == 1 {
+        let permit = self.slots.acquire();
+        let loading = if format == 1 {
             if !file_crc32(path).is_ok_and(|crc| crc == gf.crc32) {
                 return Err(corrupt());
             }
-            let path = path
+            let keys = layout::saved_keys(path).map_err(|_| corrupt())?;
+            let path_str = path
                 .to_str()
                 .ok_or_else(|| Error::invalid("path is not UTF-8"))?;
-            g.load(path, gf.removed, &self.slots.acquire())?;
+            g.load(path_str, gf.removed, &permit)?;
+            // usearch's own file: the vectors come back from the loaded graph
+            let mut loading = Loading::new(self.dims, g.metric, &keys);
+            let mut v = vec![0f32; self.dims];
+            for (slot, key) in keys.iter().enumerate() {
+                if *key < GRAVE && g.get(*key, &mut v, &permit) {
+                    loading.add(slot, *key, &v);
+                }
+            }
+            loading
         } else {
             let stripped = fs::read(path).map_err(|_| corrupt())?;
             if crc32fast::hash(&stripped) != gf.crc32 {
                 return Err(corrupt());
             }
-            let permit = self.slots.acquire();
-            load_stripped(&mut g, &stripped, (self.dims, gf.removed), rows, &permit)?;
-        }
-        Ok(g)
+            let stripped = layout::Stripped::parse(&stripped, self.dims)?;
+            let mut loading = Loading::new(self.dims, g.metric, stripped.keys());
+            let mut found = |slot, key, v: &[u8]| loading.add_stored(slot, key, v);
+            load_stripped(&mut g, &stripped, gf.removed, rows, &mut found, &permit)?;
+            loading
+        };
+        drop(permit);
+        Ok(loading.finish(g))
     }
 }
 
-/// Loads a stripped graph into `g`, with its vectors from `rows` (see `layout::splice`).
+/// Bytes a stripped graph's stream is written in, and the size asked of its pipe (Linux
+/// lets any process have pipes of 1 MB).
+#[cfg(unix)]
+const PIPE_BYTES: usize = 1 << 20;
+
+/// Loads a stripped graph into `g`, with its vectors from `rows`, each handed to `found` too
+/// (see `layout::Stripped::splice`).
 ///
 /// The index is streamed to usearch's file loader through a pipe, on another thread: never
 /// whole in memory beside the loaded copy (a buffer would double the memory an open peaks at:
@@ -307,14 +329,19 @@ impl VectorIndex {
 #[cfg(unix)]
 fn load_stripped(
     g: &mut Graph,
-    stripped: &[u8],
-    (dims, removed): (usize, usize),
+    stripped: &layout::Stripped<'_>,
+    removed: usize,
     rows: RowVectors<'_>,
+    found: &mut (dyn FnMut(usize, u64, &[u8]) + Send),
     permit: &Permit<'_>,
 ) -> Result<()> {
     use std::os::fd::AsRawFd;
 
     let (reader, writer) = io::pipe()?;
+    // room for a whole buffered write (the default 64 KB has the two threads take turns
+    // sixteen times a megabyte); best effort, the pipe works at any size
+    #[cfg(target_os = "linux")]
+    let _ = rustix::pipe::fcntl_setpipe_size(&writer, PIPE_BYTES);
     let path = format!("/dev/fd/{}", reader.as_raw_fd());
     std::thread::scope(|s| {
         let reading = s.spawn(move || {
@@ -323,8 +350,9 @@ fn load_stripped(
             drop(reader);
             loaded
         });
-        let mut out = io::BufWriter::with_capacity(1 << 20, writer);
-        let spliced = layout::splice(stripped, dims, rows, &mut out)
+        let mut out = io::BufWriter::with_capacity(PIPE_BYTES, writer);
+        let spliced = stripped
+            .splice(rows, &mut out, found)
             .and_then(|()| out.flush().map_err(Error::from));
         // the write end closed: usearch reads to the end, or fails on a short stream
         drop(out);
@@ -340,13 +368,14 @@ fn load_stripped(
 #[cfg(not(unix))]
 fn load_stripped(
     g: &mut Graph,
-    stripped: &[u8],
-    (dims, removed): (usize, usize),
+    stripped: &layout::Stripped<'_>,
+    removed: usize,
     rows: RowVectors<'_>,
+    found: &mut (dyn FnMut(usize, u64, &[u8]) + Send),
     permit: &Permit<'_>,
 ) -> Result<()> {
     let mut full = Vec::new();
-    layout::splice(stripped, dims, rows, &mut full)?;
+    stripped.splice(rows, &mut full, found)?;
     g.load_buffer(&full, removed, permit)
 }
 
@@ -371,11 +400,11 @@ mod tests {
     }
 
     #[allow(clippy::unnecessary_wraps, reason = "the shape of `RowVectors`")]
-    fn rows(keys: &[u64]) -> Result<Vec<Option<Vec<u8>>>> {
-        Ok(keys
-            .iter()
-            .map(|k| Some(v(*k).iter().flat_map(|x| x.to_le_bytes()).collect()))
-            .collect())
+    fn rows(keys: &[u64], out: &mut Vec<u8>) -> Result<Vec<Option<usize>>> {
+        for k in keys {
+            out.extend(v(*k).iter().flat_map(|x| x.to_le_bytes()));
+        }
+        Ok(vec![Some(4 * DIMS); keys.len()])
     }
 
     fn empty() -> VectorIndex {
@@ -409,12 +438,10 @@ mod tests {
         vi.search("n", &v(q), 10, &plan).unwrap()
     }
 
-    /// Loads the checkpoint in `dir` as an open does (the graph, then its derived parts).
+    /// Loads the checkpoint in `dir` as an open does.
     fn load(dir: &Path, rows: RowVectors<'_>) -> (VectorIndex, Option<u64>) {
         let mut vi = empty();
         let seq = vi.load(dir, rows);
-        let keys = keys(&vi);
-        vi.index_loaded("n", &keys);
         (vi, seq)
     }
 
@@ -423,6 +450,10 @@ mod tests {
         let permit = got.slots.acquire();
         match (want.parts.get("n"), got.parts.get("n")) {
             (Some(Partition::Graph(wp)), Some(Partition::Graph(gp))) => {
+                // the derived parts too, built as the vectors streamed in
+                assert!(wp.exact.same_as(&gp.exact));
+                assert_eq!(wp.compact.rows(), gp.compact.rows());
+                assert_eq!(wp.compact.rows().len(), wp.live());
                 assert_eq!(wp.graph.size(), gp.graph.size());
                 assert_eq!(wp.graph.removed(), gp.graph.removed());
                 for k in 0..400 {
@@ -503,8 +534,9 @@ mod tests {
             }],
         });
         fs::write(dir.path().join("manifest.json"), manifest.to_string()).unwrap();
-        let no_rows =
-            |_: &[u64]| -> Result<Vec<Option<Vec<u8>>>> { panic!("format 1 asks no rows") };
+        let no_rows = |_: &[u64], _: &mut Vec<u8>| -> Result<Vec<Option<usize>>> {
+            panic!("format 1 asks no rows")
+        };
         let (loaded, seq) = load(dir.path(), &no_rows);
         assert_eq!(seq, Some(5));
         same_graph(&vi, &loaded);

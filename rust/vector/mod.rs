@@ -110,9 +110,11 @@ impl Default for Tuning {
     }
 }
 
-/// The rows' vectors of the vector keys asked, as stored (little-endian f32), in order (None
-/// for a key no row holds): a checkpointed graph is loaded with them (see `layout`).
-pub type RowVectors<'a> = &'a dyn Fn(&[u64]) -> Result<Vec<Option<Vec<u8>>>>;
+/// The rows' vectors of the vector keys asked, appended to the buffer as stored (little-endian
+/// f32) one after another, in order; returns the length of each (None for a key no row
+/// holds). A checkpointed graph is loaded with them (see `layout`), asked from several
+/// threads at once.
+pub type RowVectors<'a> = &'a (dyn Fn(&[u64], &mut Vec<u8>) -> Result<Vec<Option<usize>>> + Sync);
 
 fn usearch_err(context: &str, e: impl std::fmt::Display) -> Error {
     Error::storage(&format!("vector index: {context}"), e)
@@ -247,7 +249,7 @@ impl VectorIndex {
             _ => Vec::new(),
         };
         all.extend(items);
-        // in key order: the compact copy's rows then follow the keys (see `index_loaded`)
+        // in key order: the compact copy's rows then follow the keys (see `compact`)
         all.sort_unstable_by_key(|(k, _)| *k);
         let g = self.new_graph(all.len())?;
         log::info!(
@@ -301,30 +303,6 @@ impl VectorIndex {
                 for k in keys {
                     if g.get(*k, &mut buf, &p) {
                         f(*k, &buf);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Indexes the listed keys of a loaded graph for exact matches and into its compact copy
-    /// (a checkpoint holds the graph only: both are derived from its vectors on open); keys
-    /// the graph lacks are skipped.
-    ///
-    /// Keys are taken in ascending order, so that the compact copy stores its rows in key
-    /// order, as later inserts (new keys are always larger) keep it: a scan of a filter's keys,
-    /// listed in row order (which follows key order but for rows whose vector changed), then
-    /// reads the copy forward rather than at random (measured at 100k rows, 20% filter: x5).
-    pub fn index_loaded(&mut self, ns: &str, keys: &[u64]) {
-        let mut keys = keys.to_vec();
-        keys.sort_unstable();
-        // in chunks: the vectors of a whole graph at once doubled the memory peak of an open
-        for chunk in keys.chunks(4096) {
-            let vectors = self.vectors(ns, chunk);
-            if let Some(Partition::Graph(g)) = self.parts.get_mut(ns) {
-                for (k, v) in chunk.iter().zip(vectors) {
-                    if let Some(v) = v {
-                        g.index(*k, &v);
                     }
                 }
             }
@@ -418,12 +396,6 @@ impl VectorIndex {
         self.parts
             .retain(|_, part| !matches!(part, Partition::Graph(g) if g.live() == 0));
         Ok(())
-    }
-
-    /// Namespaces that have a partition.
-    #[must_use]
-    pub fn namespaces(&self) -> Vec<String> {
-        self.parts.keys().cloned().collect()
     }
 
     /// Namespaces whose graph is frozen or has changes waiting in its overlay.

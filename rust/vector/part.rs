@@ -14,20 +14,22 @@
 //! partition thaws: the graves are buried and the added vectors drain into the graph in small
 //! steps, searchable in the overlay until they are in.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use super::compact::Compact;
 use super::exact::{Flat, Nearest};
 use super::graph::{Graph, Permit, Slots};
 use super::GRAVE;
+use crate::columns::IdMap;
 use crate::error::Result;
+use crate::types::Metric;
 
 /// The live vectors of a graph by a hash of their bits (see the module docs).
 #[derive(Default)]
 pub(super) struct ExactIndex {
     by_hash: BTreeSet<(u64, u64)>,
-    hash_of: HashMap<u64, u64>,
+    hash_of: IdMap<u64>,
 }
 
 /// Hash of a vector's bits, with -0.0 read as 0.0 (they are equal): four independent
@@ -50,6 +52,18 @@ fn bits_hash(v: &[f32]) -> u64 {
 }
 
 impl ExactIndex {
+    /// The index of `(hash, key)` pairs, each key once, built in one pass.
+    fn from_hashes(pairs: Vec<(u64, u64)>) -> Self {
+        let mut hash_of = IdMap::default();
+        hash_of.reserve(pairs.len());
+        hash_of.extend(pairs.iter().map(|(h, k)| (*k, *h)));
+        Self {
+            // sorted once, then built bottom-up (an insert each walks the tree)
+            by_hash: pairs.into_iter().collect(),
+            hash_of,
+        }
+    }
+
     pub(super) fn insert(&mut self, key: u64, v: &[f32]) {
         let h = bits_hash(v);
         self.by_hash.insert((h, key));
@@ -70,6 +84,12 @@ impl ExactIndex {
 
     pub(super) fn memory_usage(&self) -> usize {
         self.hash_of.len() * 48
+    }
+
+    /// Whether both index the same vectors (by the same hashes).
+    #[cfg(test)]
+    pub(super) fn same_as(&self, other: &Self) -> bool {
+        self.by_hash == other.by_hash && self.hash_of == other.hash_of
     }
 }
 
@@ -97,6 +117,66 @@ pub(super) struct GraphPart {
 pub(super) enum Partition {
     Flat(Flat),
     Graph(GraphPart),
+}
+
+/// The derived parts of a graph being loaded (exact matches, compact copy), built from its
+/// vectors as they arrive, in slot order, each once: in bulk, each code row written into its
+/// key-ordered place, the hashes sorted once at the end.
+pub(super) struct Loading {
+    /// Per slot, the row of its key in the compact copy (`u32::MAX` for a grave).
+    row: Vec<u32>,
+    compact: Compact,
+    /// (hash, key) of every vector indexed.
+    hashes: Vec<(u64, u64)>,
+    /// The vector being indexed, as f32.
+    buf: Vec<f32>,
+}
+
+impl Loading {
+    /// For a graph whose slots hold `keys` (graves included).
+    pub(super) fn new(dims: usize, metric: Metric, keys: &[u64]) -> Self {
+        let mut live: Vec<(u64, u32)> = (0..)
+            .zip(keys)
+            .filter(|(_, k)| **k < GRAVE)
+            .map(|(slot, k)| (*k, slot))
+            .collect();
+        live.sort_unstable();
+        let mut row = vec![u32::MAX; keys.len()];
+        for (i, (_, slot)) in (0..).zip(&live) {
+            row[*slot as usize] = i;
+        }
+        Self {
+            row,
+            compact: Compact::with_keys(dims, metric, live.into_iter().map(|(k, _)| k).collect()),
+            hashes: Vec::with_capacity(keys.len()),
+            buf: vec![0.0; dims],
+        }
+    }
+
+    /// Indexes `v`, the vector of the live key in `slot`.
+    pub(super) fn add(&mut self, slot: usize, key: u64, v: &[f32]) {
+        self.hashes.push((bits_hash(v), key));
+        self.compact.fill(self.row[slot] as usize, v);
+    }
+
+    /// [`Loading::add`] of a vector as stored (little-endian f32).
+    pub(super) fn add_stored(&mut self, slot: usize, key: u64, bytes: &[u8]) {
+        let mut v = std::mem::take(&mut self.buf);
+        for (x, b) in v.iter_mut().zip(bytes.chunks_exact(4)) {
+            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        self.add(slot, key, &v);
+        self.buf = v;
+    }
+
+    /// The graph's partition, with what was indexed (keys never given are left out).
+    pub(super) fn finish(mut self, graph: Graph) -> GraphPart {
+        self.compact.settle();
+        let mut part = GraphPart::new(graph, self.buf.len());
+        part.exact = ExactIndex::from_hashes(self.hashes);
+        part.compact = self.compact;
+        part
+    }
 }
 
 impl GraphPart {
