@@ -453,7 +453,10 @@ class Store:
         """Counts per namespace and tier, index sizes and bytes on disk (free-form).
 
         Always holds ``"metrics_errors"``: how many reports to the ``metrics`` object raised
-        since the store was opened (each logged on the ``memini`` logger, none raised).
+        since the store was opened (each logged on the ``memini`` logger, none raised), and
+        ``"checkpoint_failures"`` / ``"last_checkpoint_error"``: background index checkpoints
+        that failed since the open and the last one's error (also logged; the rows hold every
+        change, so nothing is lost, and the next checkpoint retries).
         """
         self._check()
         out = self._engine.stats()

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
 
 use super::commit::CHECKPOINT_EVERY;
-use super::{Engine, Inner};
+use super::{Engine, FaultPoint, Inner};
 use crate::error::{Error, Result};
 
 /// Overlay vectors moved into their graphs per step of a drain (a few ms of graph inserts: a
@@ -83,6 +83,8 @@ impl Checkpointer {
             if let Err(e) = inner.checkpoint(Reason::Due) {
                 // the rows hold every change: a later checkpoint (or the next open) catches up
                 log::error!("index checkpoint failed: {e}");
+                let mut failures = inner.checkpoint_failures.lock();
+                *failures = (failures.0 + 1, Some(e.to_string()));
             }
             flags = self.flags.lock();
         }
@@ -158,6 +160,7 @@ impl Inner {
     /// Takes a checkpoint if `why` needs one (see the module docs).
     pub(super) fn checkpoint(&self, why: Reason) -> Result<()> {
         let turn = self.checkpointing.lock();
+        self.faults.check(FaultPoint::Checkpoint)?;
         self.checkpoint_in_turn(&turn, why)
     }
 

@@ -148,11 +148,13 @@ pub enum FaultPoint {
     Repair,
     /// Writing a row inside a group's transaction (as a failing disk would).
     Write,
+    /// Saving the indexes at a checkpoint.
+    Checkpoint,
 }
 
 /// Armed failpoints: how many more passes through each point fail.
 #[derive(Default)]
-struct Faults([AtomicU32; 4]);
+struct Faults([AtomicU32; 5]);
 
 impl Faults {
     fn arm(&self, point: FaultPoint, times: u32) {
@@ -191,6 +193,9 @@ struct Inner {
     checkpointer: checkpoint::Checkpointer,
     /// Checkpoints taken since open.
     checkpoints: std::sync::atomic::AtomicU64,
+    /// Background checkpoints that failed, and the last one's error (nobody awaits them, so
+    /// `stats` is where a failure shows; the rows hold every change, the next one retries).
+    checkpoint_failures: Mutex<(u64, Option<String>)>,
     /// Held by whoever takes a checkpoint, a backup or a compaction: one at a time.
     checkpointing: Mutex<()>,
 }

@@ -151,6 +151,7 @@ impl Engine {
             broken: Mutex::new(None),
             checkpointer: Checkpointer::default(),
             checkpoints: std::sync::atomic::AtomicU64::new(0),
+            checkpoint_failures: parking_lot::Mutex::new((0, None)),
             checkpointing: Mutex::new(()),
         });
         Checkpointer::start(&inner)?;

@@ -311,6 +311,7 @@ impl Engine {
                 vector_pending: st.vectors.overlay_len(),
                 vector_routes: st.vectors.routes(),
                 checkpoints: inner.checkpoints.load(std::sync::atomic::Ordering::Relaxed),
+                checkpoint_failures: inner.checkpoint_failures.lock().clone(),
                 changes_since_checkpoint: seq.saturating_sub(st.vector_seq),
                 keyword_docs: st.keyword.num_docs(),
                 keyword_segments: st.keyword.num_segments(),
@@ -344,6 +345,9 @@ pub struct Stats {
     pub vector_routes: Vec<(Route, u64)>,
     /// Index checkpoints taken since the store was opened.
     pub checkpoints: u64,
+    /// Background checkpoints that failed since the store was opened, and the last one's
+    /// error (each is logged too; the next checkpoint retries, and nothing is lost).
+    pub checkpoint_failures: (u64, Option<String>),
     /// Changes committed since the last vector checkpoint began: what the next open replays,
     /// and how far the next periodic checkpoint is (it starts at `CHECKPOINT_EVERY`).
     pub changes_since_checkpoint: u64,

@@ -105,12 +105,14 @@ impl PyEngine {
             "keyword_apply" => FaultPoint::KeywordApply,
             "repair" => FaultPoint::Repair,
             "write" => FaultPoint::Write,
+            "checkpoint" => FaultPoint::Checkpoint,
             other => {
                 return Err(raise(
                     py,
                     "InvalidArgumentError",
                     format!(
-                        "unknown failpoint {other:?} (vector_apply, keyword_apply, repair, write)"
+                        "unknown failpoint {other:?} \
+                         (vector_apply, keyword_apply, repair, write, checkpoint)"
                     ),
                 ))
             }
@@ -412,6 +414,8 @@ impl PyEngine {
         }
         d.set_item("vector_routes", routes)?;
         d.set_item("checkpoints", s.checkpoints)?;
+        d.set_item("checkpoint_failures", s.checkpoint_failures.0)?;
+        d.set_item("last_checkpoint_error", s.checkpoint_failures.1)?;
         d.set_item("changes_since_checkpoint", s.changes_since_checkpoint)?;
         d.set_item("keyword_docs", s.keyword_docs)?;
         d.set_item("keyword_segments", s.keyword_segments)?;

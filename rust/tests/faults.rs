@@ -133,3 +133,43 @@ fn writers_queued_behind_a_failed_write_get_their_own_outcome() {
         }
     }
 }
+
+#[test]
+fn a_failed_background_checkpoint_shows_in_stats_and_the_next_one_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Engine::open(Some(dir.path()), &opts(2)).unwrap();
+    e.inject_fault(FaultPoint::Checkpoint, 1).unwrap();
+    // 50,000 changes make a periodic checkpoint due (nobody awaits it)
+    let rows = |from: u32| {
+        (from..from + 50_000)
+            .map(|i| mem(&format!("m{i}"), "n", "x", Some(vector(u64::from(i), 2))))
+            .collect()
+    };
+    e.upsert_many(rows(0)).unwrap();
+    let t0 = std::time::Instant::now();
+    while e.stats().unwrap().checkpoint_failures.0 == 0 {
+        assert!(
+            t0.elapsed().as_secs() < 120,
+            "the checkpoint neither ran nor failed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let stats = e.stats().unwrap();
+    assert_eq!(stats.checkpoints, 0);
+    let why = stats.checkpoint_failures.1.unwrap();
+    assert!(why.contains("injected fault at Checkpoint"), "{why}");
+    // the writes are all there, and the next due checkpoint succeeds
+    assert_eq!(e.get("n", "m49999").unwrap().content, "x");
+    e.upsert_many(rows(50_000)).unwrap();
+    while e.stats().unwrap().checkpoints == 0 {
+        assert!(
+            t0.elapsed().as_secs() < 240,
+            "no checkpoint after the failed one"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(e.stats().unwrap().checkpoint_failures.0, 1);
+    e.close().unwrap();
+    let e = Engine::open(Some(dir.path()), &opts(2)).unwrap();
+    assert_eq!(e.count("n", &live()).unwrap(), 100_000);
+}
