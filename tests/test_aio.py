@@ -306,7 +306,10 @@ def test_completions_hold_replies_until_drained_on_the_draining_thread() -> None
     rng = np.random.default_rng(7)
     store = Store.open(None, dims=8)
     store.upsert_many(
-        [Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(8)) for i in range(300)]
+        [
+            Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(8))
+            for i in range(300)
+        ]
     )
     engine = store._engine
     assert isinstance(engine, Engine)
@@ -347,11 +350,16 @@ async def test_searches_complete_through_their_loops_completions() -> None:
     rng = np.random.default_rng(8)
     async with await AsyncStore.open(None, dims=8) as s:
         await s.upsert_many(
-            [Memory(id=f"m{i}", namespace="n", content="y", embedding=rng.random(8)) for i in range(200)]
+            [
+                Memory(id=f"m{i}", namespace="n", content="y", embedding=rng.random(8))
+                for i in range(200)
+            ]
         )
         qs = rng.random((40, 8), dtype=np.float32)
         hits = await asyncio.gather(*(s.vector_search("n", q, k=3) for q in qs))
-        assert [_scored(h) for h in hits] == [_scored(s.store.vector_search("n", q, k=3)) for q in qs]
+        assert [_scored(h) for h in hits] == [
+            _scored(s.store.vector_search("n", q, k=3)) for q in qs
+        ]
         first = _LOOPS[loop]
         assert first is not None
         await s.keyword_search("n", "y")
@@ -364,7 +372,10 @@ def test_event_loops_on_many_threads_each_get_their_replies() -> None:
     rng = np.random.default_rng(9)
     store = Store.open(None, dims=8)
     store.upsert_many(
-        [Memory(id=f"m{i}", namespace="n", content="z", embedding=rng.random(8)) for i in range(300)]
+        [
+            Memory(id=f"m{i}", namespace="n", content="z", embedding=rng.random(8))
+            for i in range(300)
+        ]
     )
     a = AsyncStore(store)
     qs = rng.random((4, 30, 8), dtype=np.float32)
@@ -394,13 +405,19 @@ def test_a_loop_closed_with_searches_in_flight_leaves_the_next_loop_working() ->
     rng = np.random.default_rng(10)
     store = Store.open(None, dims=16)
     store.upsert_many(
-        [Memory(id=f"m{i}", namespace="n", content="w", embedding=rng.random(16)) for i in range(2000)]
+        [
+            Memory(id=f"m{i}", namespace="n", content="w", embedding=rng.random(16))
+            for i in range(2000)
+        ]
     )
     a = AsyncStore(store)
 
+    left: list[asyncio.Task[Any]] = []
+
     async def leave() -> None:
-        for _ in range(30):
-            asyncio.ensure_future(a.vector_search("n", rng.random(16), k=100))
+        left.extend(
+            asyncio.create_task(a.vector_search("n", rng.random(16), k=100)) for _ in range(30)
+        )
         await asyncio.sleep(0)
 
     asyncio.run(leave())  # cancels the tasks; their searches finish with no loop to drain
@@ -411,6 +428,7 @@ def test_a_loop_closed_with_searches_in_flight_leaves_the_next_loop_working() ->
         return len(await a.vector_search("n", rng.random(16), k=7))
 
     assert asyncio.run(again()) == 7
+    assert all(t.cancelled() for t in left)
     asyncio.run(a.close())
 
 

@@ -22,7 +22,15 @@ import numpy.typing as npt
 
 from memini.types import Memory, Recalled, Scored
 
-__all__ = ["Completions", "Engine", "LocalModel", "build_profile", "fuse", "ranking", "vector_scores"]
+__all__ = [
+    "Completions",
+    "Engine",
+    "LocalModel",
+    "build_profile",
+    "fuse",
+    "ranking",
+    "vector_scores",
+]
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by

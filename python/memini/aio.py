@@ -6,8 +6,8 @@ Each call runs the `Store` method on a worker thread of a bounded pool owned by 
 searches, reads and commits, so concurrent awaits really run in parallel on as many cores as
 the machine has (writes are group-committed: concurrent writers share fsyncs). The two
 searches an agent awaits most, `vector_search` and `keyword_search` of an embedded store,
-skip the pool: their checks run on the loop thread (microseconds) and the core runs them on
-its own threads, completing the awaited future from there (`_native`).
+skip the pool: their checks run on the loop thread (microseconds), the core runs them on its
+own threads, and the loop collects the finished ones itself (`_native`, `_completions`).
 
 Cancelling an await does not cancel the store call it started: a write that was already
 running completes (durably) even though its awaiter sees `asyncio.CancelledError`.
@@ -242,8 +242,9 @@ def _native(
     after: Callable[[BaseException | None, Any], Any] | None = None,
 ) -> asyncio.Future[Any]:
     """A search started straight in the core: its checks run here (a few microseconds of
-    the loop thread), then ``Engine.<name>_then`` runs it on a core thread that needs the
-    GIL only to build the result and complete the future (see ``rust/python/spawn.rs``).
+    the loop thread), then ``Engine.<name>_then`` runs it on a core thread without the GIL,
+    and the loop completes the future when it drains its `_completions` (see
+    ``rust/python/spawn.rs``).
 
     Against a worker thread of the pool running the `Store` method, this saves the worker's
     first GIL take (which often collides with the loop thread that just submitted it: the
@@ -252,8 +253,8 @@ def _native(
     loaded machine): CPU per awaited call 44-53 -> 39-43 us, of which off the loop thread
     30-33 -> 20 us, on it 14-20 -> 19-23 us (the checks moved there).
 
-    ``after(error, result)``, when given, runs on the core thread within the same GIL take
-    once the call is over, whatever its outcome (not when the checks raise here): what it
+    ``after(error, result)``, when given, runs on the core thread instead (which then takes
+    the GIL once), whatever the call's outcome (not when the checks raise here): what it
     returns completes the future, what it raises fails it (`memini.server` encodes the
     answer there, off the event loop).
     """
