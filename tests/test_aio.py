@@ -397,6 +397,39 @@ def test_event_loops_on_many_threads_each_get_their_replies() -> None:
     asyncio.run(a.close())
 
 
+def test_a_loop_that_cannot_watch_sockets_gets_its_replies_anyway() -> None:
+    """A loop without ``add_reader`` (Windows' proactor loop): searches complete their
+    futures from the core thread with ``call_soon_threadsafe`` instead."""
+    from memini.aio import _LOOPS
+
+    class NoReaders(asyncio.SelectorEventLoop):
+        def add_reader(self, fd: Any, callback: Any, *args: Any) -> None:
+            raise NotImplementedError
+
+    rng = np.random.default_rng(11)
+    store = Store.open(None, dims=8)
+    store.upsert_many(
+        [
+            Memory(id=f"m{i}", namespace="n", content="v", embedding=rng.random(8))
+            for i in range(100)
+        ]
+    )
+    a = AsyncStore(store)
+    qs = rng.random((10, 8), dtype=np.float32)
+
+    async def searches() -> list[Any]:
+        return await asyncio.gather(*(a.vector_search("n", q, k=3) for q in qs))
+
+    loop = NoReaders()
+    try:
+        hits = loop.run_until_complete(searches())
+        assert _LOOPS[loop] is None
+        assert [_scored(h) for h in hits] == [_scored(store.vector_search("n", q, k=3)) for q in qs]
+        loop.run_until_complete(a.close())
+    finally:
+        loop.close()
+
+
 def test_a_loop_closed_with_searches_in_flight_leaves_the_next_loop_working() -> None:
     """Searches whose loop closed before they finished reply into a queue nobody drains:
     nothing raises, and a new loop's searches work."""
