@@ -29,7 +29,6 @@ import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -93,12 +92,7 @@ def test_aio_parallel_vector_search(benchmark: Any, data: D.Dataset, main: D.Mai
             best[key + "2"] = min(best[key + "2"], two)
 
     def threads(parts: tuple[np.ndarray, ...]) -> None:
-        def run(part: np.ndarray) -> None:
-            for q in part:
-                main.store.vector_search(D.NS, q, None, D.K)
-
-        with ThreadPoolExecutor(len(parts)) as pool:
-            list(pool.map(run, parts))
+        D.searches_in_threads(main.store, parts)
 
     def both() -> None:
         asyncio.run(one_round())
