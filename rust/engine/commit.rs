@@ -24,8 +24,9 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use super::tx::Tx;
 use super::{Counters, Engine, FaultPoint, Inner, State};
 use crate::error::{Error, Result};
-use crate::keyword::{Doc, FOLD_DOCS};
+use crate::keyword::{Doc, KeywordIndex, FOLD_DOCS};
 use crate::rows::Col;
+use crate::vector::VectorIndex;
 
 /// Checkpoint the derived indexes after this many changes, so a crash costs a short replay.
 pub(super) const CHECKPOINT_EVERY: u64 = 50_000;
@@ -95,6 +96,10 @@ impl Slot {
         }
     }
 }
+
+/// A group adding at least this many vectors updates the columns and the keyword index
+/// while its graph inserts run (see `Inner::apply`); a smaller one does one after the other.
+const CONCURRENT_APPLY_MIN: usize = 256;
 
 /// The longest a leader waits for the writers of recent groups (see the module docs).
 const MAX_LINGER: Duration = Duration::from_millis(5);
@@ -315,6 +320,10 @@ impl Inner {
     /// Merges a committed group's effects into the derived state. An index that fails to
     /// take them is rebuilt from the rows (see `recovery`); the error returned, when even
     /// that fails, is what the group's writers are told.
+    ///
+    /// A bulk group's graph inserts run on the worker pool while this thread updates the
+    /// columns and the keyword index: before, both waited for the inserts to end, one core
+    /// idle meanwhile.
     fn apply(
         &self,
         st: &mut State,
@@ -322,33 +331,55 @@ impl Inner {
         effects: Effects,
         seq: u64,
     ) -> std::result::Result<(), String> {
-        for (rid, col) in effects.rows {
-            match col {
-                Some(c) => st.cols.put(rid, c),
-                None => st.cols.remove(rid),
-            };
-        }
-        let namespaces: BTreeSet<String> = effects
-            .vec_remove
+        let Effects {
+            rows: cols,
+            vec_remove,
+            vec_add,
+            docs,
+        } = effects;
+        let namespaces: BTreeSet<String> = vec_remove
             .iter()
             .map(|(ns, _)| ns.clone())
-            .chain(effects.vec_add.iter().map(|(ns, _, _)| ns.clone()))
+            .chain(vec_add.iter().map(|(ns, _, _)| ns.clone()))
             .collect();
-        let vectors = self
-            .faults
-            .check(FaultPoint::VectorApply)
-            .and_then(|()| apply_vectors(st, &effects.vec_remove, effects.vec_add));
-        if let Err(e) = vectors {
+        let rids: BTreeSet<u64> = docs.iter().map(|d| d.rid).collect();
+        let bulk = vec_add.len() >= CONCURRENT_APPLY_MIN;
+        let State {
+            cols: columns,
+            vectors,
+            keyword,
+            ..
+        } = st;
+        let add_vectors = || {
+            self.faults
+                .check(FaultPoint::VectorApply)
+                .and_then(|()| apply_vectors(vectors, &vec_remove, vec_add))
+        };
+        let add_rest = || {
+            for (rid, col) in cols {
+                match col {
+                    Some(c) => columns.put(rid, c),
+                    None => columns.remove(rid),
+                };
+            }
+            self.faults
+                .check(FaultPoint::KeywordApply)
+                .and_then(|()| apply_docs(keyword, docs, seq))
+        };
+        let (added, indexed) = if bulk {
+            match crate::pool::pool() {
+                Ok(pool) => pool.install(|| rayon::join(add_vectors, add_rest)),
+                Err(e) => (Err(e), add_rest()),
+            }
+        } else {
+            (add_vectors(), add_rest())
+        };
+        if let Err(e) = added {
             st.vector_damage
                 .get_or_insert_with(Default::default)
                 .add(&e, namespaces);
         }
-        let rids: BTreeSet<u64> = effects.docs.iter().map(|d| d.rid).collect();
-        let keyword = self
-            .faults
-            .check(FaultPoint::KeywordApply)
-            .and_then(|()| apply_docs(st, effects.docs, seq));
-        if let Err(e) = keyword {
+        if let Err(e) = indexed {
             st.keyword_damage
                 .get_or_insert_with(Default::default)
                 .add(&e, rids);
@@ -389,13 +420,13 @@ fn prepare(st: &State, effects: &Effects) -> Result<()> {
 }
 
 fn apply_vectors(
-    st: &mut State,
+    vectors: &mut VectorIndex,
     vec_remove: &[(String, u64)],
     vec_add: Vec<(String, u64, Vec<f32>)>,
 ) -> Result<()> {
     let removed: HashSet<u64> = vec_remove.iter().map(|(_, k)| *k).collect();
     for (ns, k) in vec_remove {
-        st.vectors.remove(ns, *k)?;
+        vectors.remove(ns, *k)?;
     }
     let mut adds: BTreeMap<String, Vec<(u64, Vec<f32>)>> = BTreeMap::new();
     for (ns, k, v) in vec_add {
@@ -404,18 +435,18 @@ fn apply_vectors(
         }
     }
     adds.into_iter()
-        .try_for_each(|(ns, items)| st.vectors.add(&ns, items))
+        .try_for_each(|(ns, items)| vectors.add(&ns, items))
 }
 
-fn apply_docs(st: &State, docs: Vec<DocChange>, seq: u64) -> Result<()> {
+fn apply_docs(keyword: &KeywordIndex, docs: Vec<DocChange>, seq: u64) -> Result<()> {
     // a bulk group goes straight into tantivy with one commit; small ones through the delta
     let bulk = docs.len() >= FOLD_DOCS;
     for change in docs {
-        st.keyword.put(change.rid, change.doc, change.seq, !bulk)?;
+        keyword.put(change.rid, change.doc, change.seq, !bulk)?;
     }
-    st.keyword.advance(seq);
+    keyword.advance(seq);
     if bulk {
-        st.keyword.commit()?;
+        keyword.commit()?;
     }
     Ok(())
 }
