@@ -32,6 +32,7 @@ vectors), so comparing id sets would punish an engine for picking an equally goo
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
@@ -334,13 +335,17 @@ def timed_pair(
 ) -> tuple[float, float]:
     """Like `timed_rounds`, and ``beside`` (the thing ``fn`` is compared with) runs right
     before each round, untimed by pytest-benchmark but timed here: on a shared machine the
-    two then see the same load. Returns the best seconds of ``fn`` and of ``beside``."""
+    two then see the same load. Each starts with Python's garbage collected (untimed), so
+    neither pays a collection of what ran before it. Returns the best seconds of ``fn`` and
+    of ``beside``."""
     other: list[float] = []
 
     def setup() -> None:
+        gc.collect()
         t0 = time.perf_counter()
         beside()
         other.append(time.perf_counter() - t0)
+        gc.collect()
 
     times: list[float] = []
 
