@@ -560,13 +560,15 @@ def drained(store: Any) -> float:
 def settle(store: Any, timeout: float = 120.0) -> float:
     """Wait (untimed) until a freshly loaded store is in its steady state, and return the
     seconds waited: every vector in its graph (see `build_main_store`) and the keyword
-    index's small segments merged, which it does in the background once writes pause.
-    Searches are measured in that state, as the peers are measured after their own merges
-    (tantivy-py: ``wait_merging_threads``)."""
-    return _wait(
-        lambda: store.stats()["vector_pending"] > 0 or store.stats()["keyword_segments"] > 2,
-        timeout,
-    )
+    index's segments merged, which it does in the background once writes pause
+    (``keyword_merging``). Searches are measured in that state, as the peers are measured after
+    their own merges (tantivy-py: ``wait_merging_threads``)."""
+
+    def busy() -> bool:
+        s = store.stats()
+        return bool(s["vector_pending"] > 0 or s["keyword_merging"] or s["keyword_segments"] > 2)
+
+    return _wait(busy, timeout)
 
 
 BATCH_SECONDS: list[float] = []
