@@ -138,7 +138,8 @@ def test_keyword_vs_tantivy(
         note=f"top-10 overlap with tantivy {_overlap(ours, peer_ids):.2f}; "
         f"tantivy build {build:.1f} s; mean hits/query memini "
         f"{np.mean([len(r) for r in ours]):.1f}, "
-        f"tantivy {np.mean([len(r) for r in peer_ids]):.1f}",
+        f"tantivy {np.mean([len(r) for r in peer_ids]):.1f}; keyword segments memini "
+        f"{main.store.stats()['keyword_segments']}, tantivy {searcher.num_segments}",
         top10_overlap_tantivy=_overlap(ours, peer_ids),
     )
 
