@@ -303,6 +303,45 @@ def test_vector_search_many_2_threads(benchmark: Any, data: D.Dataset, main: D.M
     )
 
 
+def test_two_threads_vs_one(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
+    """Goal (issue 14): 2 Python threads each calling `vector_search` on one store reach
+    >= 1.85x the throughput of one thread (the core releases the GIL; raw usearch's Python
+    binding measured 0.82x). The 1000 queries split in two halves, one per thread, against
+    all 1000 from one thread; alternated, best of 3 each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    benchmark.group = "vector: search (1000 queries/round)"
+    halves = (data.queries[: len(data.queries) // 2], data.queries[len(data.queries) // 2 :])
+
+    def run(parts: tuple[np.ndarray, ...]) -> None:
+        def search(part: np.ndarray) -> None:
+            for q in part:
+                main.store.vector_search(D.NS, q, None, D.K)
+
+        with ThreadPoolExecutor(len(parts)) as pool:
+            list(pool.map(search, parts))
+
+    best = {1: float("inf"), 2: float("inf")}
+
+    def both() -> None:
+        best[1] = min(best[1], D.best_of(lambda: run((data.queries,)), 1))
+        best[2] = min(best[2], D.best_of(lambda: run(halves), 1))
+
+    benchmark.pedantic(both, rounds=3, iterations=1)
+    ratio = best[1] / best[2]
+    D.report(
+        benchmark,
+        "vector_search: 2 threads / 1 thread",
+        len(data.queries) / best[2],
+        "q/s",
+        peer=len(data.queries) / best[1],
+        peer_name="1 thread",
+        ratio=ratio,
+        goal=">= 1.85x (2 cores)",
+        met=ratio >= 1.85,
+    )
+
+
 @pytest.fixture(scope="module")
 def small_ns(data: D.Dataset, main: D.MainStore) -> int:
     """A 1000-row namespace ``small`` inside the main store (rows 0..999 again, ids s...)."""
@@ -560,7 +599,13 @@ def test_single_writes_across_checkpoint(
     2 s and at least 3x as many writes. Goal (the issue's): worst <= 5x median. Beside it, two
     rows judged against the control, since fsync latency alone is noisy on a shared disk: p99
     during the checkpoint vs the control's p99, and the worst write during it vs the worst of
-    as many consecutive control writes (the median over the control's runs of that length)."""
+    as many consecutive control writes (the median over the control's runs of that length).
+
+    The 99k prepared memories are frozen out of Python's cyclic GC first: a full collection
+    walks them all (~110 ms, measured) wherever it falls, and it is the test's memory, not
+    the store's."""
+    import gc
+
     import memini
 
     benchmark.group = "vector: checkpoint"
@@ -568,6 +613,8 @@ def test_single_writes_across_checkpoint(
     main.store.backup(copy)
     store = memini.Store.open(copy)
     mems = [data.memory(i) for i in range(data.n)]
+    gc.collect()
+    gc.freeze()
     during: list[float] = []
     after: list[float] = []
     took: list[float] = []
@@ -606,6 +653,7 @@ def test_single_writes_across_checkpoint(
         benchmark.pedantic(run, rounds=1, iterations=1)
     finally:
         store.close()
+        gc.unfreeze()
     p = D.percentiles_ms(during + after)
     during_p, control = D.percentiles_ms(during), D.percentiles_ms(after)
     worst, median = during_p["max_ms"], p["p50_ms"]

@@ -33,3 +33,12 @@ pub use types::{
     FilterSpec, Level, Memory, MemoryPatch, Metric, Micros, NewMemory, Scored, SortKey, Tier,
 };
 pub use vector::{Route, Tuning};
+
+/// The core's allocator. Memory one thread allocates and another frees is the rule here (a
+/// writer fills the keyword delta, the folder thread frees it; the worker pool builds what a
+/// caller drops): with glibc's malloc the freed chunks wait in the allocating thread's arena,
+/// and that thread's next allocation sorted them — a single write right after a keyword fold
+/// of ~2,000 documents spent 6-9 ms of CPU in `_int_malloc` (perf, 99k-row store, quiet
+/// machine, median write 0.45 ms). mimalloc frees across threads without that pass.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

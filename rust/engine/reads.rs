@@ -292,13 +292,7 @@ impl Engine {
         self.read(|inner, st, _| {
             let mut namespaces = Vec::new();
             for (name, n) in &st.cols.namespaces {
-                let mut by_tier = [0usize; 4];
-                for rid in n.ids.values() {
-                    if let Some(c) = st.cols.rows.get(rid) {
-                        by_tier[c.tier as usize] += 1;
-                    }
-                }
-                namespaces.push((name.clone(), n.ids.len(), by_tier, n.vectors));
+                namespaces.push((name.clone(), n.ids.len(), n.tiers, n.vectors));
             }
             let (graphs, flats) = st.vectors.partition_counts();
             Ok(Stats {

@@ -74,6 +74,9 @@ pub(super) struct Graph {
     pub(super) metric: Metric,
     /// Graves: removed vectors kept as routing nodes under `GRAVE | key`.
     removed: AtomicUsize,
+    /// usearch's `memory_usage` (a walk of every node) with the (size, capacity) it was
+    /// taken at: `stats()` asks for it on every call.
+    usage: Mutex<(usize, usize, usize)>,
 }
 
 impl Graph {
@@ -101,6 +104,7 @@ impl Graph {
             index,
             metric,
             removed: AtomicUsize::new(0),
+            usage: Mutex::new((usize::MAX, 0, 0)),
         };
         g.reserve(capacity.max(64), p)?;
         Ok(g)
@@ -234,6 +238,11 @@ impl Graph {
     }
 
     pub(super) fn memory_usage(&self) -> usize {
-        self.index.memory_usage()
+        let (size, capacity) = (self.index.size(), self.index.capacity());
+        let mut usage = self.usage.lock();
+        if (usage.0, usage.1) != (size, capacity) {
+            *usage = (size, capacity, self.index.memory_usage());
+        }
+        usage.2
     }
 }
