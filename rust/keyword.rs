@@ -2060,7 +2060,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(kw.merging(), "merged, not yet searched");
-        kw.shared.reload(|_| {}).unwrap();
+        kw.shared.reload(None).unwrap();
         assert!(!kw.merging());
         assert_eq!(kw.num_segments(), 1);
         assert_eq!(takes_bulk(&kw), None);
