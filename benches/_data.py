@@ -316,6 +316,18 @@ def best_of(fn: Callable[[], object], rounds: int) -> float:
     return best
 
 
+def searches_in_threads(store: Any, parts: Sequence[np.ndarray]) -> None:
+    """`vector_search` of each query of ``parts[i]`` from thread i, all threads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(part: np.ndarray) -> None:
+        for q in part:
+            store.vector_search(NS, q, None, K)
+
+    with ThreadPoolExecutor(len(parts)) as pool:
+        list(pool.map(run, parts))
+
+
 def timed_rounds(benchmark: Any, fn: Callable[[], object], rounds: int) -> float:
     """Time ``fn`` through pytest-benchmark (so it shows in the table) and return the best
     round in seconds; with ``--benchmark-disable`` the function runs once, still timed here."""

@@ -10,7 +10,10 @@ Both run on the session's main store (namespace ``main``, cos, the stored rows) 
   itself reaches on this machine at this moment, the ceiling for the asyncio layer. All four
   are alternated and the best of each kept (the machine is shared). Beside them, the same
   awaits through the `AsyncStore`'s worker pool (``_native`` off: how every call but the two
-  searches runs, and how searches ran before they started in the core), 1 vs 2.
+  searches runs, and how searches ran before they started in the core), 1 vs 2. Context
+  switches per await (every thread of the process, Linux) are counted too: a wake-up that
+  an await costs beyond the search shows there, and each costs CPU that 2 concurrent
+  awaits share with the searches.
 - **loop lag under load**: a ticker coroutine asks for a 1 ms sleep over and over and records
   how late each wake-up is, while 4 tasks search back to back and a 5th upserts rows one at
   a time (each a durable commit) for about a second. A store call that held the loop would
@@ -22,10 +25,10 @@ Both run on the session's main store (namespace ``main``, cos, the stored rows) 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -54,6 +57,17 @@ async def _timed(make: Callable[[], Awaitable[object]]) -> float:
     return time.perf_counter() - t0
 
 
+def _switches() -> int:
+    """Context switches of this process's threads so far (voluntary and not; Linux's /proc,
+    0 elsewhere): every wake-up of a thread that waited is one."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for t in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{t}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+    return total
+
+
 def test_aio_parallel_vector_search(benchmark: Any, data: D.Dataset, main: D.MainStore) -> None:
     """400 awaited `vector_search` calls: 1 at a time vs 2 tasks at once."""
     benchmark.group = "aio: parallel awaits"
@@ -62,22 +76,23 @@ def test_aio_parallel_vector_search(benchmark: Any, data: D.Dataset, main: D.Mai
     pooled = _async_store(main)
     pooled._native = False
     best = dict.fromkeys(("1", "2", "t1", "t2", "p1", "p2"), float("inf"))
+    switches = dict.fromkeys(("1", "2"), 0)
     halves = (qs[: QUERIES // 2], qs[QUERIES // 2 :])
 
     async def one_round() -> None:
         for key, store in (("", s), ("p", pooled)):
+            before = _switches()
             one = await _timed(lambda st=store: _searches(st, qs))
+            middle = _switches()
             two = await _timed(lambda st=store: asyncio.gather(*(_searches(st, h) for h in halves)))
+            if not key:
+                switches["1"] += middle - before
+                switches["2"] += _switches() - middle
             best[key + "1"] = min(best[key + "1"], one)
             best[key + "2"] = min(best[key + "2"], two)
 
     def threads(parts: tuple[np.ndarray, ...]) -> None:
-        def run(part: np.ndarray) -> None:
-            for q in part:
-                main.store.vector_search(D.NS, q, None, D.K)
-
-        with ThreadPoolExecutor(len(parts)) as pool:
-            list(pool.map(run, parts))
+        D.searches_in_threads(main.store, parts)
 
     def both() -> None:
         asyncio.run(one_round())
@@ -90,6 +105,7 @@ def test_aio_parallel_vector_search(benchmark: Any, data: D.Dataset, main: D.Mai
         s._pool.shutdown()
         pooled._pool.shutdown()
     speedup = best["1"] / best["2"]
+    per_await = {n: round(c / (ROUNDS * QUERIES), 2) for n, c in switches.items()}
     D.report(
         benchmark,
         "aio 2 concurrent vector_search",
@@ -103,11 +119,14 @@ def test_aio_parallel_vector_search(benchmark: Any, data: D.Dataset, main: D.Mai
         cores=os.cpu_count(),
         threads_speedup=round(best["t1"] / best["t2"], 3),
         pool_path_speedup=round(best["p1"] / best["p2"], 3),
+        switches_per_await_1=per_await["1"],
+        switches_per_await_2=per_await["2"],
         note=(
             f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; the same searches"
             f" from 2 plain threads vs 1: {best['t1'] / best['t2']:.2f}x (what the core allows"
             f" on this machine right now); awaited through the worker pool instead:"
-            f" {best['p1'] / best['p2']:.2f}x"
+            f" {best['p1'] / best['p2']:.2f}x; context switches per await (all threads):"
+            f" {per_await['1']} 1 at a time, {per_await['2']} 2 at once"
         ),
     )
 

@@ -308,24 +308,14 @@ def test_two_threads_vs_one(benchmark: Any, data: D.Dataset, main: D.MainStore) 
     >= 1.85x the throughput of one thread (the core releases the GIL; raw usearch's Python
     binding measured 0.82x). The 1000 queries split in two halves, one per thread, against
     all 1000 from one thread; alternated, best of 3 each."""
-    from concurrent.futures import ThreadPoolExecutor
-
     benchmark.group = "vector: search (1000 queries/round)"
     halves = (data.queries[: len(data.queries) // 2], data.queries[len(data.queries) // 2 :])
-
-    def run(parts: tuple[np.ndarray, ...]) -> None:
-        def search(part: np.ndarray) -> None:
-            for q in part:
-                main.store.vector_search(D.NS, q, None, D.K)
-
-        with ThreadPoolExecutor(len(parts)) as pool:
-            list(pool.map(search, parts))
-
     best = {1: float("inf"), 2: float("inf")}
 
     def both() -> None:
-        best[1] = min(best[1], D.best_of(lambda: run((data.queries,)), 1))
-        best[2] = min(best[2], D.best_of(lambda: run(halves), 1))
+        one = D.best_of(lambda: D.searches_in_threads(main.store, (data.queries,)), 1)
+        two = D.best_of(lambda: D.searches_in_threads(main.store, halves), 1)
+        best[1], best[2] = min(best[1], one), min(best[2], two)
 
     benchmark.pedantic(both, rounds=3, iterations=1)
     ratio = best[1] / best[2]

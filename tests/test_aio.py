@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 import time
@@ -286,6 +287,182 @@ async def test_a_cancelled_search_leaves_the_loop_clean() -> None:
         assert all(isinstance(d, list) and len(d) == 50 for d in done[1::2])
         await asyncio.sleep(0.05)  # completions of the cancelled ones land meanwhile
     assert errors == []
+
+
+def _wait_readable(fd: int) -> None:
+    import select
+
+    assert select.select([fd], [], [], 10)[0] == [fd], "no completion signalled in 10 s"
+
+
+def test_completions_hold_replies_until_drained_on_the_draining_thread() -> None:
+    """`Completions`: a search started with ``completions=`` finishes on a core thread that
+    never calls back; its socket turns readable, and ``drain()`` runs every waiting
+    ``done(error, result)`` on the thread that drains (the event loop's, in `memini.aio`),
+    errors included."""
+    from memini._convert import filter_to_spec
+    from memini._core import Completions, Engine
+
+    rng = np.random.default_rng(7)
+    store = Store.open(None, dims=8)
+    store.upsert_many(
+        [
+            Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(8))
+            for i in range(300)
+        ]
+    )
+    engine = store._engine
+    assert isinstance(engine, Engine)
+    c = Completions()
+    got: dict[str, tuple[int, BaseException | None, Any]] = {}
+
+    def done(label: str, error: BaseException | None, result: Any) -> None:
+        got[label] = (threading.get_ident(), error, result)
+
+    nofilter = filter_to_spec(None)
+    queries = rng.random((20, 8), dtype=np.float32)
+    for i, q in enumerate(queries):
+        engine.vector_search_then("n", q, nofilter, 5, functools.partial(done, f"v{i}"), c)
+    engine.vector_search_then(
+        "n", np.zeros(3, np.float32), nofilter, 5, functools.partial(done, "bad"), c
+    )
+    engine.keyword_search_then("n", "x", nofilter, 5, functools.partial(done, "kw"), c)
+    while len(got) < 22:
+        _wait_readable(c.fileno())
+        c.drain()
+    c.drain()  # nothing waiting: a no-op
+    assert len(got) == 22
+    assert {ident for ident, _, _ in got.values()} == {threading.get_ident()}
+    for i, q in enumerate(queries):
+        assert got[f"v{i}"][1] is None
+        assert _scored(got[f"v{i}"][2]) == _scored(store.vector_search("n", q, k=5))
+    assert _scored(got["kw"][2]) == _scored(store.keyword_search("n", "x", k=5))
+    assert isinstance(got["bad"][1], DimensionMismatchError) and got["bad"][2] is None
+    store.close()
+
+
+async def test_searches_complete_through_their_loops_completions() -> None:
+    """`AsyncStore` searches reply through the running loop's `Completions` (one per loop,
+    watched with ``add_reader``), and every `done` runs on the loop's thread."""
+    from memini.aio import _LOOPS
+
+    loop = asyncio.get_running_loop()
+    rng = np.random.default_rng(8)
+    async with await AsyncStore.open(None, dims=8) as s:
+        await s.upsert_many(
+            [
+                Memory(id=f"m{i}", namespace="n", content="y", embedding=rng.random(8))
+                for i in range(200)
+            ]
+        )
+        qs = rng.random((40, 8), dtype=np.float32)
+        hits = await asyncio.gather(*(s.vector_search("n", q, k=3) for q in qs))
+        assert [_scored(h) for h in hits] == [
+            _scored(s.store.vector_search("n", q, k=3)) for q in qs
+        ]
+        first = _LOOPS[loop]
+        assert first is not None
+        await s.keyword_search("n", "y")
+        assert _LOOPS[loop] is first  # made once per loop
+
+
+def test_event_loops_on_many_threads_each_get_their_replies() -> None:
+    """Loops running at once on 4 threads, searching the same store: each loop receives
+    exactly its own results."""
+    rng = np.random.default_rng(9)
+    store = Store.open(None, dims=8)
+    store.upsert_many(
+        [
+            Memory(id=f"m{i}", namespace="n", content="z", embedding=rng.random(8))
+            for i in range(300)
+        ]
+    )
+    a = AsyncStore(store)
+    qs = rng.random((4, 30, 8), dtype=np.float32)
+    got: dict[int, list[Any]] = {}
+
+    def run(t: int) -> None:
+        async def searches() -> list[Any]:
+            return await asyncio.gather(*(a.vector_search("n", q, k=4) for q in qs[t]))
+
+        got[t] = [_scored(h) for h in asyncio.run(searches())]
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for t in range(4):
+        assert got[t] == [_scored(store.vector_search("n", q, k=4)) for q in qs[t]]
+    asyncio.run(a.close())
+
+
+def test_a_loop_that_cannot_watch_sockets_gets_its_replies_anyway() -> None:
+    """A loop without ``add_reader`` (Windows' proactor loop): searches complete their
+    futures from the core thread with ``call_soon_threadsafe`` instead."""
+    from memini.aio import _LOOPS
+
+    class NoReaders(asyncio.SelectorEventLoop):
+        def add_reader(self, fd: Any, callback: Any, *args: Any) -> None:
+            raise NotImplementedError
+
+    rng = np.random.default_rng(11)
+    store = Store.open(None, dims=8)
+    store.upsert_many(
+        [
+            Memory(id=f"m{i}", namespace="n", content="v", embedding=rng.random(8))
+            for i in range(100)
+        ]
+    )
+    a = AsyncStore(store)
+    qs = rng.random((10, 8), dtype=np.float32)
+
+    async def searches() -> list[Any]:
+        return await asyncio.gather(*(a.vector_search("n", q, k=3) for q in qs))
+
+    loop = NoReaders()
+    try:
+        hits = loop.run_until_complete(searches())
+        assert _LOOPS[loop] is None
+        assert [_scored(h) for h in hits] == [_scored(store.vector_search("n", q, k=3)) for q in qs]
+        loop.run_until_complete(a.close())
+    finally:
+        loop.close()
+
+
+def test_a_loop_closed_with_searches_in_flight_leaves_the_next_loop_working() -> None:
+    """Searches whose loop closed before they finished reply into a queue nobody drains:
+    nothing raises, and a new loop's searches work."""
+    import gc
+
+    rng = np.random.default_rng(10)
+    store = Store.open(None, dims=16)
+    store.upsert_many(
+        [
+            Memory(id=f"m{i}", namespace="n", content="w", embedding=rng.random(16))
+            for i in range(2000)
+        ]
+    )
+    a = AsyncStore(store)
+
+    left: list[asyncio.Task[Any]] = []
+
+    async def leave() -> None:
+        left.extend(
+            asyncio.create_task(a.vector_search("n", rng.random(16), k=100)) for _ in range(30)
+        )
+        await asyncio.sleep(0)
+
+    asyncio.run(leave())  # cancels the tasks; their searches finish with no loop to drain
+    time.sleep(0.2)
+    gc.collect()
+
+    async def again() -> int:
+        return len(await a.vector_search("n", rng.random(16), k=7))
+
+    assert asyncio.run(again()) == 7
+    assert all(t.cancelled() for t in left)
+    asyncio.run(a.close())
 
 
 def test_an_unclosed_async_store_never_delays_exit(tmp_path: Path) -> None:

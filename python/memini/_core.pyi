@@ -22,7 +22,15 @@ import numpy.typing as npt
 
 from memini.types import Memory, Recalled, Scored
 
-__all__ = ["Engine", "LocalModel", "build_profile", "fuse", "ranking", "vector_scores"]
+__all__ = [
+    "Completions",
+    "Engine",
+    "LocalModel",
+    "build_profile",
+    "fuse",
+    "ranking",
+    "vector_scores",
+]
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by
@@ -30,8 +38,9 @@ Row: TypeAlias = dict[str, Any]
 
 _T = TypeVar("_T")
 Done: TypeAlias = Callable[[BaseException | None, _T | None], object]
-"""The callback of the ``*_then`` methods: ``done(error, result)``, called on the core's
-thread with the GIL held once the call is over (exactly one of the two is None)."""
+"""The callback of the ``*_then`` methods: ``done(error, result)``, called with the GIL held
+once the call is over (exactly one of the two is None): on the core's thread, or with
+``completions``, on the thread that drains them."""
 
 class FilterSpec(TypedDict):
     tiers: list[str]
@@ -175,6 +184,7 @@ class Engine:
         filter: FilterSpec,
         k: int,
         done: Done[builtins.list[Scored]],
+        completions: Completions | None = None,
     ) -> None: ...
     def keyword_search_then(
         self,
@@ -183,6 +193,7 @@ class Engine:
         filter: FilterSpec,
         k: int,
         done: Done[builtins.list[Scored]],
+        completions: Completions | None = None,
     ) -> None: ...
     def recall(
         self,
@@ -202,6 +213,18 @@ class Engine:
         (convex) or rrf_k; ``context`` the weight of the timeline neighbours (0 = none)."""
     def reinforce_rows(self, rows: builtins.list[tuple[str, str]], accessed_at: int) -> None:
         """`reinforce` of (namespace, id) pairs across namespaces in one durable batch."""
+
+@final
+class Completions:
+    """Replies of calls started with ``completions=`` (``Engine.vector_search_then``, ...),
+    waiting for the thread that drains them: an asyncio event loop watching ``fileno()``
+    with ``loop.add_reader(c.fileno(), c.drain)`` runs every ``done`` callback on its own
+    thread, and the core's threads never wait for the GIL, which that loop holds while it
+    runs."""
+
+    def __new__(cls) -> Completions: ...
+    def fileno(self) -> int: ...
+    def drain(self) -> None: ...
 
 @final
 class LocalModel:

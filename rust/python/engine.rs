@@ -8,7 +8,7 @@ use pyo3::types::{PyDict, PyList};
 
 use super::convert;
 use super::errors::{raise, run};
-use super::spawn::spawn;
+use super::spawn::{spawn, Completions, Reply};
 use crate::engine::{Engine, FaultPoint, Options, RecallQuery, Source};
 use crate::types::{Metric, Micros, Tier};
 
@@ -477,7 +477,9 @@ impl PyEngine {
     }
 
     /// `vector_search` on one of the binding's threads (see `spawn`): returns at once;
-    /// `done(error, hits)` is called on that thread when the search is over.
+    /// `done(error, hits)` is called on that thread when the search is over, or, with
+    /// `completions`, by the thread that drains them.
+    #[pyo3(signature = (namespace, vector, filter, k, done, completions=None))]
     fn vector_search_then(
         slf: Bound<'_, Self>,
         namespace: String,
@@ -485,6 +487,7 @@ impl PyEngine {
         filter: Bound<'_, PyDict>,
         k: i64,
         done: Py<PyAny>,
+        completions: Option<Bound<'_, Completions>>,
     ) -> PyResult<()> {
         let q = convert::vector(Some(&vector))?.unwrap_or_default();
         let spec = convert::filter(&filter)?;
@@ -492,12 +495,14 @@ impl PyEngine {
         spawn(
             slf.unbind(),
             done,
+            Reply::from(completions.as_ref()),
             move |me| me.engine.vector_search(&namespace, &q, &spec, k),
             |py, hits| Ok(convert::hits(py, hits)?.into_any()),
         )
     }
 
     /// `keyword_search` on one of the binding's threads, as `vector_search_then`.
+    #[pyo3(signature = (namespace, query, filter, k, done, completions=None))]
     fn keyword_search_then(
         slf: Bound<'_, Self>,
         namespace: String,
@@ -505,12 +510,14 @@ impl PyEngine {
         filter: Bound<'_, PyDict>,
         k: i64,
         done: Py<PyAny>,
+        completions: Option<Bound<'_, Completions>>,
     ) -> PyResult<()> {
         let spec = convert::filter(&filter)?;
         let k = usize::try_from(k).unwrap_or(0);
         spawn(
             slf.unbind(),
             done,
+            Reply::from(completions.as_ref()),
             move |me| me.engine.keyword_search(&namespace, &query, &spec, k),
             |py, hits| Ok(convert::hits(py, hits)?.into_any()),
         )
