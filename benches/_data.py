@@ -32,6 +32,7 @@ vectors), so comparing id sets would punish an engine for picking an equally goo
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
@@ -346,13 +347,17 @@ def timed_pair(
 ) -> tuple[float, float]:
     """Like `timed_rounds`, and ``beside`` (the thing ``fn`` is compared with) runs right
     before each round, untimed by pytest-benchmark but timed here: on a shared machine the
-    two then see the same load. Returns the best seconds of ``fn`` and of ``beside``."""
+    two then see the same load. Each starts with Python's garbage collected (untimed), so
+    neither pays a collection of what ran before it. Returns the best seconds of ``fn`` and
+    of ``beside``."""
     other: list[float] = []
 
     def setup() -> None:
+        gc.collect()
         t0 = time.perf_counter()
         beside()
         other.append(time.perf_counter() - t0)
+        gc.collect()
 
     times: list[float] = []
 
@@ -567,13 +572,15 @@ def drained(store: Any) -> float:
 def settle(store: Any, timeout: float = 120.0) -> float:
     """Wait (untimed) until a freshly loaded store is in its steady state, and return the
     seconds waited: every vector in its graph (see `build_main_store`) and the keyword
-    index's small segments merged, which it does in the background once writes pause.
-    Searches are measured in that state, as the peers are measured after their own merges
-    (tantivy-py: ``wait_merging_threads``)."""
-    return _wait(
-        lambda: store.stats()["vector_pending"] > 0 or store.stats()["keyword_segments"] > 2,
-        timeout,
-    )
+    index's segments merged, which it does in the background once writes pause
+    (``keyword_merging``). Searches are measured in that state, as the peers are measured after
+    their own merges (tantivy-py: ``wait_merging_threads``)."""
+
+    def busy() -> bool:
+        s = store.stats()
+        return bool(s["vector_pending"] > 0 or s["keyword_merging"] or s["keyword_segments"] > 2)
+
+    return _wait(busy, timeout)
 
 
 BATCH_SECONDS: list[float] = []

@@ -456,7 +456,9 @@ class Store:
         since the store was opened (each logged on the ``memini`` logger, none raised), and
         ``"checkpoint_failures"`` / ``"last_checkpoint_error"``: background index checkpoints
         that failed since the open and the last one's error (also logged; the rows hold every
-        change, so nothing is lost, and the next checkpoint retries).
+        change, so nothing is lost, and the next checkpoint retries). ``"keyword_merging"``:
+        the keyword index's segments are still to be merged into one once writes pause (~2 s
+        after the last), or merging; searches are at their fastest once it is False.
         """
         self._check()
         out = self._engine.stats()

@@ -309,6 +309,7 @@ impl Engine {
                 changes_since_checkpoint: seq.saturating_sub(st.vector_seq),
                 keyword_docs: st.keyword.num_docs(),
                 keyword_segments: st.keyword.num_segments(),
+                keyword_merging: st.keyword.merging(),
                 bytes_on_disk: inner.dir.as_deref().map_or(0, dir_size),
                 dims: inner.dims,
                 metric: inner.metric,
@@ -349,6 +350,8 @@ pub struct Stats {
     pub keyword_docs: u64,
     /// Segments of the committed keyword index.
     pub keyword_segments: usize,
+    /// The keyword index's segments are still to be merged once writes pause, or merging.
+    pub keyword_merging: bool,
     /// Bytes of the store directory.
     pub bytes_on_disk: u64,
     /// Dims.

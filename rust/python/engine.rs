@@ -419,6 +419,7 @@ impl PyEngine {
         d.set_item("changes_since_checkpoint", s.changes_since_checkpoint)?;
         d.set_item("keyword_docs", s.keyword_docs)?;
         d.set_item("keyword_segments", s.keyword_segments)?;
+        d.set_item("keyword_merging", s.keyword_merging)?;
         d.set_item("bytes_on_disk", s.bytes_on_disk)?;
         d.set_item("dims", s.dims)?;
         d.set_item("metric", s.metric.as_str())?;
