@@ -289,6 +289,14 @@ async def test_a_cancelled_search_leaves_the_loop_clean() -> None:
     assert errors == []
 
 
+def _random_memories(rng: np.random.Generator, n: int, content: str) -> list[Memory]:
+    """``n`` memories m0.. in namespace "n" with random 8-d vectors and the same text."""
+    return [
+        Memory(id=f"m{i}", namespace="n", content=content, embedding=rng.random(8))
+        for i in range(n)
+    ]
+
+
 def _wait_readable(fd: int) -> None:
     import select
 
@@ -305,12 +313,7 @@ def test_completions_hold_replies_until_drained_on_the_draining_thread() -> None
 
     rng = np.random.default_rng(7)
     store = Store.open(None, dims=8)
-    store.upsert_many(
-        [
-            Memory(id=f"m{i}", namespace="n", content="x", embedding=rng.random(8))
-            for i in range(300)
-        ]
-    )
+    store.upsert_many(_random_memories(rng, 300, "x"))
     engine = store._engine
     assert isinstance(engine, Engine)
     c = Completions()
@@ -349,12 +352,7 @@ async def test_searches_complete_through_their_loops_completions() -> None:
     loop = asyncio.get_running_loop()
     rng = np.random.default_rng(8)
     async with await AsyncStore.open(None, dims=8) as s:
-        await s.upsert_many(
-            [
-                Memory(id=f"m{i}", namespace="n", content="y", embedding=rng.random(8))
-                for i in range(200)
-            ]
-        )
+        await s.upsert_many(_random_memories(rng, 200, "y"))
         qs = rng.random((40, 8), dtype=np.float32)
         hits = await asyncio.gather(*(s.vector_search("n", q, k=3) for q in qs))
         assert [_scored(h) for h in hits] == [
@@ -371,12 +369,7 @@ def test_event_loops_on_many_threads_each_get_their_replies() -> None:
     exactly its own results."""
     rng = np.random.default_rng(9)
     store = Store.open(None, dims=8)
-    store.upsert_many(
-        [
-            Memory(id=f"m{i}", namespace="n", content="z", embedding=rng.random(8))
-            for i in range(300)
-        ]
-    )
+    store.upsert_many(_random_memories(rng, 300, "z"))
     a = AsyncStore(store)
     qs = rng.random((4, 30, 8), dtype=np.float32)
     got: dict[int, list[Any]] = {}
@@ -408,12 +401,7 @@ def test_a_loop_that_cannot_watch_sockets_gets_its_replies_anyway() -> None:
 
     rng = np.random.default_rng(11)
     store = Store.open(None, dims=8)
-    store.upsert_many(
-        [
-            Memory(id=f"m{i}", namespace="n", content="v", embedding=rng.random(8))
-            for i in range(100)
-        ]
-    )
+    store.upsert_many(_random_memories(rng, 100, "v"))
     a = AsyncStore(store)
     qs = rng.random((10, 8), dtype=np.float32)
 
