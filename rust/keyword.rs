@@ -819,12 +819,14 @@ impl Shared {
         Ok((ids.len() >= 2).then_some(ids))
     }
 
-    /// Whether the idle merge is due (no write since the last commit) and has not run yet.
+    /// Whether the idle merge has yet to run since the last commit (nothing written since).
+    fn idle_merge_ahead(&self, w: &Writer) -> bool {
+        !w.dirty && !w.idle_merged && self.pending.lock().changes.is_empty()
+    }
+
+    /// Whether the idle merge is due: ahead, and no write for [`IDLE_MERGE_AFTER`].
     fn idle_merge_due(&self, w: &Writer) -> bool {
-        !w.dirty
-            && !w.idle_merged
-            && w.committed_at.elapsed() >= IDLE_MERGE_AFTER
-            && self.pending.lock().changes.is_empty()
+        self.idle_merge_ahead(w) && w.committed_at.elapsed() >= IDLE_MERGE_AFTER
     }
 
     /// Starts the idle merge when due; it runs in the background and the reader picks its
@@ -858,10 +860,8 @@ impl Shared {
         if !running {
             w.idle_merge = None;
         }
-        let to_come = !w.idle_merged
-            && !w.dirty
-            && self.pending.lock().changes.is_empty()
-            && self.idle_merge_ids().is_ok_and(|ids| ids.is_some());
+        let to_come =
+            self.idle_merge_ahead(&w) && self.idle_merge_ids().is_ok_and(|ids| ids.is_some());
         drop(w);
         running || to_come || self.merged()
     }
