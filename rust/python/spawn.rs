@@ -14,16 +14,20 @@
 //! thread does holding the GIL, which the loop thread holds whenever it runs Python: the
 //! two threads hand it back and forth, and wake each other up, once more per call.
 //!
-//! The threads start on demand, at most [`max_threads`], take jobs in order from one queue
-//! (a job wakes exactly one waiting thread), and each keeps one Python thread state for its
-//! life (attached only while it builds a result and calls back).
+//! The threads start on demand, at most [`max_threads`], take jobs in order from one queue,
+//! and each keeps one Python thread state for its life (attached only while it builds a
+//! result and calls back). A job wakes exactly one idle thread, the one that went idle
+//! last: its caches and its allocator's pages are the warmest, and a caller awaiting one
+//! call at a time keeps meeting the same thread instead of every thread of the pool in turn.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+use std::thread::Thread;
+
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 
 use super::errors::outcome;
@@ -41,15 +45,13 @@ fn max_threads() -> usize {
 /// The binding's threads and the jobs waiting for them.
 struct Threads {
     state: Mutex<State>,
-    /// Signalled once per job handed to a waiting thread.
-    ready: Condvar,
 }
 
 #[derive(Default)]
 struct State {
     jobs: VecDeque<Job>,
-    /// Threads waiting on `ready` that no job was handed to yet.
-    waiting: usize,
+    /// Threads parked for want of a job and not woken for one yet, the last parked last.
+    idle: Vec<Thread>,
     /// Threads started (they never stop: the pool lives as long as its process).
     started: usize,
 }
@@ -61,18 +63,17 @@ impl Threads {
     fn get() -> &'static Self {
         THREADS.get_or_init(|| Self {
             state: Mutex::new(State::default()),
-            ready: Condvar::new(),
         })
     }
 
-    /// Queues `job` and wakes a waiting thread for it, or starts one (below the limit; at
-    /// the limit a thread takes it when done with its own).
+    /// Queues `job` and wakes the last idle thread for it, or starts one (below the limit;
+    /// at the limit a thread takes it when done with its own).
     fn submit(&'static self, job: Job) -> PyResult<()> {
         let mut state = self.state.lock();
         state.jobs.push_back(job);
-        if state.waiting > 0 {
-            state.waiting -= 1;
-            self.ready.notify_one();
+        if let Some(thread) = state.idle.pop() {
+            drop(state);
+            thread.unpark();
         } else if state.started < max_threads() {
             let n = state.started;
             let spawned = std::thread::Builder::new()
@@ -103,15 +104,20 @@ impl Threads {
         });
     }
 
-    /// The next job, waiting until one is handed to this thread.
+    /// The next job, parking this thread until one is queued.
     fn next(&self) -> Job {
-        let mut state = self.state.lock();
+        let me = std::thread::current();
         loop {
-            if let Some(job) = state.jobs.pop_front() {
-                return job;
+            {
+                let mut state = self.state.lock();
+                // still listed after a spurious wake-up: a job must not wake a busy thread
+                state.idle.retain(|t| t.id() != me.id());
+                if let Some(job) = state.jobs.pop_front() {
+                    return job;
+                }
+                state.idle.push(me.clone());
             }
-            state.waiting += 1;
-            self.ready.wait(&mut state);
+            std::thread::park();
         }
     }
 }
