@@ -176,11 +176,12 @@ def _rates(stores: dict[str, tuple[Any, float]], run: Callable[[Any], int]) -> d
 
 
 def _report(benchmark: Any, what: str, rates: dict[str, float], goal: float | None = None) -> None:
+    # one row per peer, each under its own name (extra_info keys are per name)
     for peer in ("sqlite", "inmemory"):
         ratio = rates["memini"] / rates[peer]
         D.report(
             benchmark,
-            f"langgraph {what}",
+            f"langgraph {what}" + ("" if peer == "sqlite" else " vs in-memory"),
             rates["memini"],
             "ops/s",
             peer=rates[peer],
