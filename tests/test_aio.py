@@ -264,6 +264,44 @@ async def test_a_core_error_in_a_search_started_in_the_core_reaches_the_awaiter(
     store.close()
 
 
+def test_one_call_at_a_time_keeps_to_the_thread_that_went_idle_last() -> None:
+    """The core's threads take each job on the thread that went idle last (see
+    rust/python/spawn.rs): after calls at once started several threads, calls made one at a
+    time keep running on one of them, whose caches are warm, instead of rotating through all."""
+    from collections import Counter
+
+    from memini._convert import filter_to_spec
+    from memini._core import Engine
+
+    store = Store.open(None, dims=4)
+    engine = store._engine
+    assert isinstance(engine, Engine)
+    spec, q = filter_to_spec(None), np.ones(4, dtype=np.float32)
+    ran: list[int] = []
+
+    def calls(n: int) -> None:
+        left, finished, lock = [n], threading.Event(), threading.Lock()
+
+        def done(error: BaseException | None, result: object) -> None:
+            with lock:
+                ran.append(threading.get_ident())
+                left[0] -= 1
+                if not left[0]:
+                    finished.set()
+
+        for _ in range(n):
+            engine.vector_search_then("n", q, spec, 1, done)
+        assert finished.wait(30)
+
+    calls(8)
+    ran.clear()
+    for _ in range(20):
+        calls(1)
+        time.sleep(0.02)  # the thread parks again after its callback returned
+    assert Counter(ran).most_common(1)[0][1] >= 16, Counter(ran)
+    store.close()
+
+
 async def test_a_cancelled_search_leaves_the_loop_clean() -> None:
     """Cancelling an await of a search started in the core: the search finishes on its
     thread and its completion finds the future cancelled, silently."""
