@@ -24,7 +24,6 @@ use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-
 use std::thread::Thread;
 
 use parking_lot::Mutex;
