@@ -545,6 +545,12 @@ struct Shared {
     delta: RwLock<Delta>,
     stop: Mutex<bool>,
     wake: Condvar,
+    /// Background folds, reloads and merges that failed, and the last one's error (the
+    /// changes stay in the delta, searched, and the next tick retries).
+    failures: Mutex<(u64, Option<String>)>,
+    /// Test hook: how many more background ticks fail.
+    #[cfg(test)]
+    fail_ticks: std::sync::atomic::AtomicU32,
 }
 
 /// The tantivy index with its writer, reader, delta and folding thread.
@@ -879,18 +885,38 @@ impl Shared {
                 break;
             }
             drop(stop);
-            let done = if self.fold_due() {
-                self.fold()
-            } else if self.merged() {
-                // merged segments hold the same documents: no delta to drop
-                self.reload(None)
-            } else {
-                self.merge_if_idle()
-            };
-            if let Err(e) = done {
+            if let Err(e) = self.tick() {
                 log::error!("{e}");
+                let mut f = self.failures.lock();
+                f.0 += 1;
+                f.1 = Some(e.to_string());
             }
             stop = self.stop.lock();
+        }
+    }
+
+    /// One pass of the fold thread: folds the delta when due, else picks up merged segments,
+    /// else starts the idle merge when due.
+    fn tick(&self) -> Result<()> {
+        #[cfg(test)]
+        if self
+            .fail_ticks
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok()
+        {
+            return Err(kw_err("fold", "injected fault"));
+        }
+        if self.fold_due() {
+            self.fold()
+        } else if self.merged() {
+            // merged segments hold the same documents: no delta to drop
+            self.reload(None)
+        } else {
+            self.merge_if_idle()
         }
     }
 }
@@ -1015,6 +1041,9 @@ impl KeywordIndex {
             delta: RwLock::new(Delta::new(searcher)),
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            failures: Mutex::new((0, None)),
+            #[cfg(test)]
+            fail_ticks: std::sync::atomic::AtomicU32::new(0),
         });
         let s = Arc::clone(&shared);
         let folder = std::thread::Builder::new()
@@ -1325,6 +1354,12 @@ impl KeywordIndex {
         self.shared.delta.read().searcher.segment_readers().len()
     }
 
+    /// Background folds that failed since the index was opened, and the last one's error.
+    #[must_use]
+    pub fn failures(&self) -> (u64, Option<String>) {
+        self.shared.failures.lock().clone()
+    }
+
     /// Whether the merge that follows writes (see [`IDLE_MERGE_AFTER`]) is still to come, runs
     /// or has segments searches do not see yet: searches are at their fastest once it is false.
     #[must_use]
@@ -1526,6 +1561,29 @@ mod tests {
         assert_eq!(delta_len(&kw), 0);
         assert_eq!(kw.num_docs(), 30);
         assert_same(&before, &rankings(&kw, "a"));
+    }
+
+    /// A background fold that fails is counted with its error (not only logged); the row stays
+    /// searchable from the delta and the next tick folds it.
+    #[test]
+    fn a_failed_background_fold_is_counted_and_retried() {
+        let (kw, _) = KeywordIndex::open(None).unwrap();
+        kw.shared
+            .fail_ticks
+            .store(2, std::sync::atomic::Ordering::SeqCst);
+        kw.put(1, Some(doc("a", "copper lantern", 1)), 1, true)
+            .unwrap();
+        let waited = Instant::now();
+        while kw.committed_seq() < 1 {
+            assert!(waited.elapsed() < Duration::from_secs(30), "never folded");
+            assert_eq!(search(&kw, "a", "lantern", 10).len(), 1);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (n, last) = kw.failures();
+        assert_eq!(n, 2);
+        assert!(last.unwrap().contains("injected fault"));
+        assert_eq!(delta_len(&kw), 0);
+        assert_eq!(search(&kw, "a", "lantern", 10).len(), 1);
     }
 
     #[test]

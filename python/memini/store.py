@@ -456,7 +456,9 @@ class Store:
         since the store was opened (each logged on the ``memini`` logger, none raised), and
         ``"checkpoint_failures"`` / ``"last_checkpoint_error"``: background index checkpoints
         that failed since the open and the last one's error (also logged; the rows hold every
-        change, so nothing is lost, and the next checkpoint retries). ``"keyword_merging"``:
+        change, so nothing is lost, and the next checkpoint retries); ``"keyword_failures"`` /
+        ``"last_keyword_error"``: the same for the keyword index's background folds (the
+        changes they would fold stay searchable, and the next fold retries). ``"keyword_merging"``:
         the keyword index's segments are still to be merged into one once writes pause (~2 s
         after the last), or merging; searches are at their fastest once it is False.
         """

@@ -310,6 +310,7 @@ impl Engine {
                 keyword_docs: st.keyword.num_docs(),
                 keyword_segments: st.keyword.num_segments(),
                 keyword_merging: st.keyword.merging(),
+                keyword_failures: st.keyword.failures(),
                 bytes_on_disk: inner.dir.as_deref().map_or(0, dir_size),
                 dims: inner.dims,
                 metric: inner.metric,
@@ -346,6 +347,9 @@ pub struct Stats {
     /// Changes committed since the last vector checkpoint began: what the next open replays,
     /// and how far the next periodic checkpoint is (it starts at `CHECKPOINT_EVERY`).
     pub changes_since_checkpoint: u64,
+    /// Background keyword folds that failed since the store was opened, and the last one's
+    /// error (each is logged too; the changes stay searchable and the next fold retries).
+    pub keyword_failures: (u64, Option<String>),
     /// Documents in the committed keyword index.
     pub keyword_docs: u64,
     /// Segments of the committed keyword index.

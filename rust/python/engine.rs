@@ -416,6 +416,8 @@ impl PyEngine {
         d.set_item("checkpoints", s.checkpoints)?;
         d.set_item("checkpoint_failures", s.checkpoint_failures.0)?;
         d.set_item("last_checkpoint_error", s.checkpoint_failures.1)?;
+        d.set_item("keyword_failures", s.keyword_failures.0)?;
+        d.set_item("last_keyword_error", s.keyword_failures.1)?;
         d.set_item("changes_since_checkpoint", s.changes_since_checkpoint)?;
         d.set_item("keyword_docs", s.keyword_docs)?;
         d.set_item("keyword_segments", s.keyword_segments)?;
