@@ -103,6 +103,8 @@ const CONCURRENT_APPLY_MIN: usize = 256;
 
 /// The longest a leader waits for the writers of recent groups (see the module docs).
 const MAX_LINGER: Duration = Duration::from_millis(5);
+/// The longest a commit waits for a checkpoint to thaw a full overlay.
+const MAX_STALL: Duration = Duration::from_secs(60);
 /// How many recent groups a leader expects writers from.
 const RECENT: usize = 8;
 
@@ -185,6 +187,20 @@ impl Engine {
 }
 
 impl Inner {
+    /// Waits while a checkpoint saves a graph whose overlay is full (see
+    /// `vector::part::OVERLAY_MAX`): the save thaws it within seconds (~4 s at 1M rows), and
+    /// the group's rows would only queue up in the overlay, searched exactly. After
+    /// [`MAX_STALL`] the group goes on regardless.
+    fn wait_for_overlay_room(&self) {
+        let deadline = Instant::now() + MAX_STALL;
+        let mut waiting = self.overlay_wait.lock();
+        while self.state.read().vectors.overlay_full() {
+            if self.thawed.wait_until(&mut waiting, deadline).timed_out() {
+                break;
+            }
+        }
+    }
+
     /// Leads one group: lingers for the writers of recent groups, runs every queued job,
     /// then hands the lead to the first writer queued meanwhile (or gives it up), so that
     /// this writer is free to queue its next write behind it.
@@ -217,6 +233,7 @@ impl Inner {
     /// Runs one commit group. Returns the jobs it did not run: those queued behind one that
     /// failed in the storage layer, which get their own outcome in the next group.
     fn run_group(&self, jobs: Vec<Job>) -> Vec<Job> {
+        self.wait_for_overlay_room();
         let rows = self.rows.read();
         let mut counters = self.counters.lock();
         let saved = *counters;

@@ -198,6 +198,10 @@ struct Inner {
     checkpoint_failures: Mutex<(u64, Option<String>)>,
     /// Held by whoever takes a checkpoint, a backup or a compaction: one at a time.
     checkpointing: Mutex<()>,
+    /// Signalled when a checkpoint thaws the graphs; a commit leader that found a frozen
+    /// overlay full waits on it, holding `overlay_wait` (see `commit`).
+    thawed: Condvar,
+    overlay_wait: Mutex<()>,
 }
 
 /// The memory store core. Thread-safe; every method takes `&self`.

@@ -153,6 +153,8 @@ impl Engine {
             checkpoints: std::sync::atomic::AtomicU64::new(0),
             checkpoint_failures: parking_lot::Mutex::new((0, None)),
             checkpointing: Mutex::new(()),
+            thawed: Condvar::new(),
+            overlay_wait: Mutex::new(()),
         });
         Checkpointer::start(&inner)?;
         Ok(Self {

@@ -13,6 +13,9 @@ use crate::error::Result;
 use crate::pool::pool;
 use crate::types::Metric;
 
+/// Vectors a worker inserts per task (see [`Graph::add_spread`]).
+const CHUNK: usize = 4;
+
 /// usearch thread contexts reserved per graph, and permits of [`Slots`]: twice the cores,
 /// at least 32 (Python threads search beside the worker pool), at most 256 (each context
 /// holds a visited-set of the graph's size).
@@ -209,27 +212,36 @@ impl Graph {
         self.reserve(self.index.size().max(64), p)
     }
 
-    /// Adds items on the worker pool (from `PARALLEL_MIN` items), one permit per chunk.
+    /// Adds items on the worker pool (from `PARALLEL_MIN` items; fewer in this thread).
+    pub(super) fn add_all(&self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
+        const PARALLEL_MIN: usize = 256;
+        if items.len() > 10_000 {
+            log::info!("adding {} vectors to a graph", items.len());
+        }
+        if items.len() >= PARALLEL_MIN {
+            self.add_spread(items, slots)
+        } else {
+            self.add_chunk(items, slots)
+        }
+    }
+
+    /// Adds items on the worker pool, however few: [`CHUNK`] per task, one permit each.
     ///
     /// Chunks are small: an insert into a 100k-vector 384-d graph costs ~1 ms of one core, and
     /// the last worker busy with a chunk keeps the call waiting while the others idle (with
     /// 64-item chunks, up to 64 ms of a ~500 ms 1000-row batch on 2 cores). A permit and a
     /// rayon task per 4 inserts cost microseconds.
-    pub(super) fn add_all(&self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
-        const CHUNK: usize = 4;
-        const PARALLEL_MIN: usize = 256;
-        if items.len() > 10_000 {
-            log::info!("adding {} vectors to a graph", items.len());
-        }
-        let add_chunk = |chunk: &[(u64, Vec<f32>)]| {
-            let p = slots.acquire();
-            chunk.iter().try_for_each(|(k, v)| self.add(*k, v, &p))
-        };
-        if items.len() >= PARALLEL_MIN {
-            pool()?.install(|| items.par_chunks(CHUNK).try_for_each(add_chunk))
-        } else {
-            add_chunk(items)
-        }
+    pub(super) fn add_spread(&self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
+        pool()?.install(|| {
+            items
+                .par_chunks(CHUNK)
+                .try_for_each(|chunk| self.add_chunk(chunk, slots))
+        })
+    }
+
+    fn add_chunk(&self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
+        let p = slots.acquire();
+        items.iter().try_for_each(|(k, v)| self.add(*k, v, &p))
     }
 }
 

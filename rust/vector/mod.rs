@@ -131,6 +131,8 @@ pub struct VectorIndex {
     breadth: AtomicUsize,
     /// Searches per [`Route`].
     routes: [AtomicU64; Route::ALL.len()],
+    /// Between [`VectorIndex::freeze`] and [`VectorIndex::thaw`].
+    frozen: bool,
 }
 
 impl VectorIndex {
@@ -145,6 +147,7 @@ impl VectorIndex {
             slots: Arc::new(Slots::new(thread_slots())),
             breadth: AtomicUsize::new(DEFAULT_BREADTH),
             routes: Default::default(),
+            frozen: false,
         }
     }
 
@@ -375,6 +378,7 @@ impl VectorIndex {
     /// [`VectorIndex::thaw`], changes to them wait in their overlays.
     pub fn freeze(&mut self) -> Result<Snapshot> {
         let snapshot = self.snapshot()?;
+        self.frozen = true;
         for p in self.parts.values_mut() {
             if let Partition::Graph(g) = p {
                 g.frozen = true;
@@ -386,6 +390,7 @@ impl VectorIndex {
     /// Ends a freeze: pending removals reach the graphs; added vectors drain with
     /// [`VectorIndex::drain`].
     pub fn thaw(&mut self) -> Result<()> {
+        self.frozen = false;
         let p = self.slots.acquire();
         for part in self.parts.values_mut() {
             if let Partition::Graph(g) = part {
@@ -396,6 +401,18 @@ impl VectorIndex {
         self.parts
             .retain(|_, part| !matches!(part, Partition::Graph(g) if g.live() == 0));
         Ok(())
+    }
+
+    /// Whether a frozen graph's overlay is full ([`part::OVERLAY_MAX`]): writes wait for the
+    /// thaw (see `engine::commit`).
+    #[must_use]
+    pub fn overlay_full(&self) -> bool {
+        // checked before every write group: one flag outside checkpoints, whatever the
+        // number of namespaces
+        self.frozen
+            && self.parts.values().any(
+                |p| matches!(p, Partition::Graph(g) if g.overlay.adds.len() >= part::OVERLAY_MAX),
+            )
     }
 
     /// Namespaces whose graph is frozen or has changes waiting in its overlay.
@@ -595,6 +612,25 @@ mod tests {
         }
         assert_eq!(all(&vi, 500, 1), [500]);
         assert_eq!(all(&vi, 3, 500).len(), 200);
+    }
+
+    /// A frozen overlay is full at `OVERLAY_MAX` added vectors (writes then wait for the thaw),
+    /// and not once thawed.
+    #[test]
+    fn a_frozen_overlay_is_full_at_its_bound_until_the_thaw() {
+        let mut vi = index(200);
+        let snapshot = vi.freeze().unwrap();
+        let first = 1000;
+        let bound = first + part::OVERLAY_MAX as u64;
+        vi.add("n", (first..bound - 1).map(|k| (k, v(k))).collect())
+            .unwrap();
+        assert!(!vi.overlay_full());
+        vi.add("n", vec![(bound - 1, v(bound - 1))]).unwrap();
+        assert!(vi.overlay_full());
+        drop(snapshot);
+        vi.thaw().unwrap();
+        assert!(!vi.overlay_full());
+        assert_eq!(vi.overlay_len(), part::OVERLAY_MAX);
     }
 
     fn compact_len(vi: &VectorIndex) -> usize {

@@ -12,7 +12,9 @@
 //! [`Overlay`] instead — added vectors into a flat array searched exactly beside the graph,
 //! removed ones into a set of pending graves hidden from results. When the save is done the
 //! partition thaws: the graves are buried and the added vectors drain into the graph in small
-//! steps, searchable in the overlay until they are in.
+//! steps, searchable in the overlay until they are in. A frozen overlay holds at most
+//! [`OVERLAY_MAX`] added vectors before writes wait for the thaw (see
+//! [`super::VectorIndex::overlay_full`]).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -92,6 +94,13 @@ impl ExactIndex {
         self.by_hash == other.by_hash && self.hash_of == other.hash_of
     }
 }
+
+/// Added vectors a frozen graph's overlay holds before writes wait for its thaw. Every search
+/// scans the overlay exactly, and a write to a frozen graph costs no insert, so without a
+/// bound a bulk load fills it as fast as rows arrive: at 1M rows (384-d) a 3-4 s save let
+/// ~50-60k vectors in, which writers then took into the graph for minutes while every search
+/// scanned them (p50 14-20 ms instead of ~2 ms with ~20k left at the end of the load).
+pub(super) const OVERLAY_MAX: usize = 4096;
 
 /// Changes a graph takes while it is frozen (see the module docs).
 pub(super) struct Overlay {
@@ -329,7 +338,7 @@ impl GraphPart {
     /// Inserts overlay vectors into the graph, which still holds them in the overlay too:
     /// searches may run meanwhile (a key found twice is scored once). Needs room for them.
     pub(super) fn insert_drained(&self, items: &[(u64, Vec<f32>)], slots: &Slots) -> Result<()> {
-        self.graph.add_all(items, slots)
+        self.graph.add_spread(items, slots)
     }
 
     /// Drops from the overlay the vectors [`GraphPart::insert_drained`] put in the graph.
