@@ -92,3 +92,24 @@ impl From<bincode::Error> for Error {
         Self::Corruption(format!("row store record cannot be decoded: {e}"))
     }
 }
+
+/// Failures of background work nobody awaits (checkpoints, keyword folds): how many since the
+/// store was opened and the last one's error. Each is logged too; `stats` is where they show.
+#[derive(Default)]
+pub struct Failures(parking_lot::Mutex<(u64, Option<String>)>);
+
+impl Failures {
+    /// Logs `e` (with what failed) and counts it.
+    pub fn record(&self, what: &str, e: &Error) {
+        log::error!("{what}: {e}");
+        let mut f = self.0.lock();
+        f.0 += 1;
+        f.1 = Some(e.to_string());
+    }
+
+    /// How many failed, and the last one's error.
+    #[must_use]
+    pub fn get(&self) -> (u64, Option<String>) {
+        self.0.lock().clone()
+    }
+}

@@ -57,7 +57,7 @@ use tantivy::{
     SegmentReader, TantivyDocument, Term, TERMINATED,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Failures, Result};
 
 const TOKENIZER: &str = "memini";
 const WRITER_MEMORY: usize = 64 << 20;
@@ -547,7 +547,7 @@ struct Shared {
     wake: Condvar,
     /// Background folds, reloads and merges that failed, and the last one's error (the
     /// changes stay in the delta, searched, and the next tick retries).
-    failures: Mutex<(u64, Option<String>)>,
+    failures: Failures,
     /// Test hook: how many more background ticks fail.
     #[cfg(test)]
     fail_ticks: std::sync::atomic::AtomicU32,
@@ -886,10 +886,7 @@ impl Shared {
             }
             drop(stop);
             if let Err(e) = self.tick() {
-                log::error!("{e}");
-                let mut f = self.failures.lock();
-                f.0 += 1;
-                f.1 = Some(e.to_string());
+                self.failures.record("the keyword fold thread", &e);
             }
             stop = self.stop.lock();
         }
@@ -1041,7 +1038,7 @@ impl KeywordIndex {
             delta: RwLock::new(Delta::new(searcher)),
             stop: Mutex::new(false),
             wake: Condvar::new(),
-            failures: Mutex::new((0, None)),
+            failures: Failures::default(),
             #[cfg(test)]
             fail_ticks: std::sync::atomic::AtomicU32::new(0),
         });
@@ -1357,7 +1354,7 @@ impl KeywordIndex {
     /// Background folds that failed since the index was opened, and the last one's error.
     #[must_use]
     pub fn failures(&self) -> (u64, Option<String>) {
-        self.shared.failures.lock().clone()
+        self.shared.failures.get()
     }
 
     /// Whether the merge that follows writes (see [`IDLE_MERGE_AFTER`]) is still to come, runs

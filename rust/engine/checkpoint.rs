@@ -91,9 +91,9 @@ impl Checkpointer {
             drop(flags);
             if let Err(e) = inner.checkpoint(Reason::Due) {
                 // the rows hold every change: a later checkpoint (or the next open) catches up
-                log::error!("index checkpoint failed: {e}");
-                let mut failures = inner.checkpoint_failures.lock();
-                *failures = (failures.0 + 1, Some(e.to_string()));
+                inner
+                    .checkpoint_failures
+                    .record("index checkpoint failed", &e);
             }
             flags = self.flags.lock();
         }

@@ -51,7 +51,7 @@ use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 use serde::{Deserialize, Serialize};
 
 use crate::columns::Columns;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failures, Result};
 use crate::keyword::KeywordIndex;
 use crate::rows::RowStore;
 use crate::types::Metric;
@@ -195,7 +195,7 @@ struct Inner {
     checkpoints: std::sync::atomic::AtomicU64,
     /// Background checkpoints that failed, and the last one's error (nobody awaits them, so
     /// `stats` is where a failure shows; the rows hold every change, the next one retries).
-    checkpoint_failures: Mutex<(u64, Option<String>)>,
+    checkpoint_failures: Failures,
     /// Held by whoever takes a checkpoint, a backup or a compaction: one at a time.
     checkpointing: Mutex<()>,
     /// Signalled when a checkpoint thaws the graphs; a commit leader that found a frozen

@@ -12,7 +12,7 @@ use super::commit::Queue;
 use super::recovery::{open_keyword, open_vectors};
 use super::{Counters, Engine, Faults, Inner, Options, State};
 use crate::columns::Columns;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failures, Result};
 use crate::rows::RowStore;
 use crate::types::Metric;
 
@@ -151,7 +151,7 @@ impl Engine {
             broken: Mutex::new(None),
             checkpointer: Checkpointer::default(),
             checkpoints: std::sync::atomic::AtomicU64::new(0),
-            checkpoint_failures: parking_lot::Mutex::new((0, None)),
+            checkpoint_failures: Failures::default(),
             checkpointing: Mutex::new(()),
             thawed: Condvar::new(),
             overlay_wait: Mutex::new(()),

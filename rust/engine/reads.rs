@@ -305,7 +305,7 @@ impl Engine {
                 vector_pending: st.vectors.overlay_len(),
                 vector_routes: st.vectors.routes(),
                 checkpoints: inner.checkpoints.load(std::sync::atomic::Ordering::Relaxed),
-                checkpoint_failures: inner.checkpoint_failures.lock().clone(),
+                checkpoint_failures: inner.checkpoint_failures.get(),
                 changes_since_checkpoint: seq.saturating_sub(st.vector_seq),
                 keyword_docs: st.keyword.num_docs(),
                 keyword_segments: st.keyword.num_segments(),
