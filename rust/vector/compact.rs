@@ -26,9 +26,9 @@
 //! kept in key order and the keys come sorted (from the vector-key posting lists,
 //! `columns::KeySet`), so slots are found by one forward walk instead of a hash lookup per
 //! key, and rows are read in address order; and the scan prefetches the rows [`AHEAD`] of
-//! the one it scores (the CPU's own lookahead covers about one row) — the one `unsafe` here,
-//! a prefetch hint, which reads nothing and cannot fault.
+//! the one it scores (the CPU's own lookahead covers about one row; see `exact::prefetch`).
 
+use super::exact::prefetch;
 use crate::types::Metric;
 
 /// Lanes of the int8 dot product (one 256-bit register of i16 products per step).
@@ -334,25 +334,6 @@ const AHEAD: usize = 8;
 
 /// Asks the CPU to start loading `row` into the cache: a hint, which loads nothing into a
 /// register and never faults.
-#[allow(
-    clippy::inline_always,
-    reason = "inlined into the dispatched scan, as `dot` is"
-)]
-#[inline(always)]
-fn prefetch(row: &[i8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in row.chunks(64) {
-        #[allow(unsafe_code, reason = "a prefetch hint: no memory is read or written")]
-        // SAFETY: `_mm_prefetch` needs only SSE (baseline on x86-64) and a pointer, which it
-        // never dereferences architecturally; this one is in bounds anyway.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr());
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = row;
-}
-
 impl pulp::WithSimd for Scan<'_> {
     type Output = Vec<(f32, u32)>;
 

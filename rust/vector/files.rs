@@ -389,7 +389,10 @@ mod tests {
 
     use super::*;
     use crate::types::Metric;
+    use crate::vector::graph::Graph;
     use crate::vector::{Plan, Tuning, GRAVE};
+    use std::sync::Arc;
+    use usearch::ScalarKind;
 
     const DIMS: usize = 6;
 
@@ -514,11 +517,20 @@ mod tests {
 
     #[test]
     fn a_format_1_checkpoint_usearchs_own_files_is_still_read() {
-        let vi = index();
-        let dir = tempfile::tempdir().unwrap();
-        let Some(Partition::Graph(g)) = vi.parts.get("n") else {
+        // format 1 was written by versions whose graphs held f32 vectors
+        let mut vi = index();
+        let f32_graph = Graph::create(DIMS, Metric::Cos, ScalarKind::F32, 400, &vi.slots.acquire());
+        let f32_graph = f32_graph.unwrap();
+        let items: Vec<(u64, Vec<f32>)> = (0..400).map(|i| (i, v(i))).collect();
+        f32_graph.add_all(&items, &vi.slots).unwrap();
+        for i in (0..400).step_by(9) {
+            f32_graph.bury(i, &vi.slots.acquire()).unwrap();
+        }
+        let Some(Partition::Graph(g)) = vi.parts.get_mut("n") else {
             panic!("not a graph")
         };
+        g.graph = Arc::new(f32_graph);
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g5-0.usearch");
         g.graph
             .save(path.to_str().unwrap(), &vi.slots.acquire())
@@ -540,9 +552,12 @@ mod tests {
         let (loaded, seq) = load(dir.path(), &no_rows);
         assert_eq!(seq, Some(5));
         same_graph(&vi, &loaded);
-        // the next checkpoint writes format 2 and removes the format-1 file
+        // the next checkpoint writes format 2 (with the graph's f32 vectors) and removes the
+        // format-1 file
         loaded.checkpoint(dir.path(), 6).unwrap();
         assert!(!path.exists());
-        assert_eq!(empty().load(dir.path(), &rows), Some(6));
+        let (again, seq) = load(dir.path(), &rows);
+        assert_eq!(seq, Some(6));
+        same_graph(&vi, &again);
     }
 }

@@ -16,6 +16,9 @@
 //! head and graph, the head and graph as usearch wrote them, then for each grave (ascending
 //! slot) its `u64` slot and its vector. All integers little-endian, as usearch writes them on
 //! the platforms it supports.
+//!
+//! A graph's vectors are bfloat16 (see `graph::SCALAR`), or f32 in a checkpoint written
+//! before it; the rows hold f32, which a load rounds to the graph's scalar as it splices them.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
@@ -32,7 +35,8 @@ const PREFIX: usize = MAGIC.len() + 3 * 8;
 const HEAD: usize = 64;
 /// The graph's own header: five `u64`.
 const GRAPH_HEADER: usize = 40;
-/// usearch's scalar kinds this layout reads: f32 vectors, u64 keys, u32 slots.
+/// usearch's scalar kinds this layout reads: bf16 or f32 vectors, u64 keys, u32 slots.
+const KIND_BF16: u8 = 4;
 const KIND_F32: u8 = 11;
 const KIND_U64: u8 = 14;
 const KIND_U32: u8 = 15;
@@ -92,8 +96,8 @@ fn walk(from: &mut impl Read, to: &mut impl Write) -> io::Result<Nodes> {
     if &buf[..7] != b"usearch" || u16::from_le_bytes([buf[7], buf[8]]) != 2 {
         return Err(invalid("not a usearch 2 index"));
     }
-    if (buf[14], buf[15], buf[16]) != (KIND_F32, KIND_U64, KIND_U32) {
-        return Err(invalid("not f32 vectors, u64 keys and u32 slots"));
+    if !matches!(buf[14], KIND_BF16 | KIND_F32) || (buf[15], buf[16]) != (KIND_U64, KIND_U32) {
+        return Err(invalid("not bf16 or f32 vectors, u64 keys and u32 slots"));
     }
     pass(from, to, &mut buf, GRAPH_HEADER)?;
     let size = usize_of(u64_at(&buf, 0))?;
@@ -190,7 +194,10 @@ pub(super) fn strip(saved: &Path, to: &mut impl Write) -> io::Result<()> {
 
 /// A stripped graph's parts.
 pub(super) struct Stripped<'a> {
+    /// Bytes of a vector in the graph: 2 x dims (bf16) or 4 x dims (f32).
     bytes: usize,
+    /// Bytes of a vector in the rows (f32).
+    row_bytes: usize,
     graph: &'a [u8],
     /// Per grave, ascending slot: `u64` slot, vector.
     graves: &'a [u8],
@@ -204,12 +211,16 @@ impl<'a> Stripped<'a> {
         }
         let size = |at| usize_of(u64_at(stripped, at)).map_err(corrupt);
         let (slots, bytes, graph_len) = (size(8)?, size(16)?, size(24)?);
-        if bytes != 4 * dims || u32::try_from(slots).is_err() {
-            return Err(corrupt("vectors of other dimensions"));
-        }
         let graph = stripped
             .get(PREFIX..PREFIX.saturating_add(graph_len))
             .ok_or_else(|| corrupt("truncated"))?;
+        let scalar_bytes = match graph.get(14) {
+            Some(&KIND_BF16) => 2,
+            _ => 4,
+        };
+        if bytes != scalar_bytes * dims || u32::try_from(slots).is_err() {
+            return Err(corrupt("vectors of other dimensions"));
+        }
         let graves = &stripped[PREFIX + graph_len..];
         if !graves.len().is_multiple_of(8 + bytes) {
             return Err(corrupt("a truncated grave"));
@@ -220,6 +231,7 @@ impl<'a> Stripped<'a> {
         }
         Ok(Self {
             bytes,
+            row_bytes: 4 * dims,
             graph,
             graves,
             nodes,
@@ -262,13 +274,27 @@ impl<'a> Stripped<'a> {
                     return Ok(Some(v.to_vec()));
                 }
             } else {
-                let mut v = Vec::with_capacity(self.bytes);
-                if rows(&[*key], &mut v)? == [Some(self.bytes)] {
-                    return Ok(Some(v));
+                let mut v = Vec::with_capacity(self.row_bytes);
+                if rows(&[*key], &mut v)? == [Some(self.row_bytes)] {
+                    let mut out = Vec::with_capacity(self.bytes);
+                    self.put(&v, &mut out);
+                    return Ok(Some(out));
                 }
             }
         }
         Ok(None)
+    }
+
+    /// Appends a row's vector (f32) to `out` as the graph stores it.
+    fn put(&self, row: &[u8], out: &mut Vec<u8>) {
+        if self.bytes == self.row_bytes {
+            out.extend_from_slice(row);
+        } else {
+            let v = row
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            super::graph::graph_bytes(v, out);
+        }
     }
 
     /// Writes to `out` the index usearch saved, rebuilt from this stripped graph and `rows`
@@ -295,7 +321,7 @@ impl<'a> Stripped<'a> {
         }
         let fetch = |chunk: &[u64]| -> Result<Fetched> {
             let live: Vec<u64> = chunk.iter().copied().filter(|k| *k < GRAVE).collect();
-            let mut bytes = Vec::with_capacity(live.len() * self.bytes);
+            let mut bytes = Vec::with_capacity(live.len() * self.row_bytes);
             let lens = rows(&live, &mut bytes)?;
             if lens.len() != live.len() || lens.iter().flatten().sum::<usize>() != bytes.len() {
                 return Err(Error::storage(
@@ -319,6 +345,7 @@ impl<'a> Stripped<'a> {
             graves: self.graves.chunks_exact(8 + self.bytes),
             slot: 0,
             missing: 0,
+            buf: Vec::with_capacity(self.bytes),
         };
         let mut fetched = pool.install(|| waves.next().map(fetch_wave).unwrap_or_default());
         loop {
@@ -368,6 +395,8 @@ struct Writing<'a, 's, W> {
     slot: usize,
     /// Vectors the rows lacked so far.
     missing: usize,
+    /// A vector as the graph stores it.
+    buf: Vec<u8>,
 }
 
 impl<W: Write> Writing<'_, '_, W> {
@@ -389,9 +418,11 @@ impl<W: Write> Writing<'_, '_, W> {
             let v = len.map(|len| &found.bytes[at..at + len]);
             at += len.unwrap_or(0);
             match v {
-                Some(v) if v.len() == s.bytes => {
+                Some(v) if v.len() == s.row_bytes => {
                     (self.found_here)(slot, key, v);
-                    self.out.write_all(v)?;
+                    self.buf.clear();
+                    s.put(v, &mut self.buf);
+                    self.out.write_all(&self.buf)?;
                 }
                 _ => {
                     self.missing += 1;
@@ -415,7 +446,9 @@ mod tests {
 
     use std::collections::HashSet;
 
-    use super::super::graph::{Graph, Slots};
+    use usearch::ScalarKind;
+
+    use super::super::graph::{graph_bytes, Graph, Slots, SCALAR};
     use super::*;
     use crate::types::Metric;
 
@@ -432,10 +465,20 @@ mod tests {
     /// Its graves: every 13th vector.
     const GRAVES: usize = N.div_ceil(13);
 
-    /// A graph of `N` vectors, `GRAVES` of them graves; its saved file and its stripped form.
-    fn saved() -> (tempfile::TempDir, Graph, Vec<u8>, Vec<u8>) {
+    /// `v` as a graph of [`SCALAR`] holds it.
+    fn rounded(v: &[f32]) -> Vec<f32> {
+        let mut b = Vec::new();
+        graph_bytes(v.iter().copied(), &mut b);
+        b.chunks_exact(2)
+            .map(|x| half::bf16::from_bits(u16::from_le_bytes([x[0], x[1]])).to_f32())
+            .collect()
+    }
+
+    /// A graph of `N` vectors of `scalar`, `GRAVES` of them graves; its saved file and its
+    /// stripped form.
+    fn saved(scalar: ScalarKind) -> (tempfile::TempDir, Graph, Vec<u8>, Vec<u8>) {
         let slots = Slots::new(4);
-        let g = Graph::create(DIMS, Metric::Cos, N, &slots.acquire()).unwrap();
+        let g = Graph::create(DIMS, Metric::Cos, scalar, N, &slots.acquire()).unwrap();
         let items: Vec<(u64, Vec<f32>)> = (0..N as u64).map(|i| (i, v(i))).collect();
         g.add_all(&items, &slots).unwrap();
         for i in (0..N as u64).step_by(13) {
@@ -489,18 +532,22 @@ mod tests {
 
     #[test]
     fn a_stripped_graph_spliced_with_the_rows_vectors_is_the_file_usearch_saved() {
-        let (_dir, _g, full, stripped) = saved();
-        // the graves keep their vectors; the live ones do not
-        let links = full.len() - 8 - N * 4 * DIMS;
-        assert_eq!(stripped.len(), PREFIX + links + GRAVES * (8 + 4 * DIMS));
-        let (out, found) = spliced(&stripped, DIMS, &rows).unwrap();
-        assert_eq!(out, full);
-        assert_eq!(found, (0..N as u64).filter(|k| k % 13 != 0).collect());
+        // bf16 graphs, and the f32 ones of checkpoints written before them
+        for (scalar, bytes) in [(SCALAR, 2 * DIMS), (ScalarKind::F32, 4 * DIMS)] {
+            let (_dir, _g, full, stripped) = saved(scalar);
+            // the graves keep their vectors; the live ones do not
+            let links = full.len() - 8 - N * bytes;
+            assert_eq!(stripped.len(), PREFIX + links + GRAVES * (8 + bytes));
+            // the rows' f32 vectors rounded as usearch rounds them, byte for byte
+            let (out, found) = spliced(&stripped, DIMS, &rows).unwrap();
+            assert_eq!(out, full);
+            assert_eq!(found, (0..N as u64).filter(|k| k % 13 != 0).collect());
+        }
     }
 
     #[test]
     fn the_keys_of_a_saved_index_are_read_in_slot_order() {
-        let (dir, _g, _full, stripped) = saved();
+        let (dir, _g, _full, stripped) = saved(SCALAR);
         let keys = saved_keys(&dir.path().join("g.usearch")).unwrap();
         assert_eq!(keys, Stripped::parse(&stripped, DIMS).unwrap().keys());
         let live: HashSet<u64> = keys.iter().copied().filter(|k| *k < GRAVE).collect();
@@ -509,7 +556,7 @@ mod tests {
 
     #[test]
     fn damage_to_a_stripped_graph_is_an_error() {
-        let (_dir, _g, _full, stripped) = saved();
+        let (_dir, _g, _full, stripped) = saved(SCALAR);
         assert!(spliced(&stripped[..stripped.len() - 1], DIMS, &rows).is_err());
         assert!(spliced(&stripped[..stripped.len() / 2], DIMS, &rows).is_err());
         assert!(spliced(&stripped, DIMS + 1, &rows).is_err());
@@ -520,26 +567,29 @@ mod tests {
 
     #[test]
     fn a_vector_the_rows_lack_routes_by_a_neighbours_until_it_is_buried() {
-        let (_dir, g, _full, stripped) = saved();
+        let (_dir, g, _full, stripped) = saved(SCALAR);
         let gone: HashSet<u64> = [5, 6, 7, 100, 499, 2500].into();
         let rows = |keys: &[u64], out: &mut Vec<u8>| Ok(rows_but(&gone, keys, out));
         let (full, found) = spliced(&stripped, DIMS, &rows).unwrap();
         // the vectors the rows lack are not handed on (their stand-ins are no one's)
         assert!(found.len() == N - GRAVES - gone.len() && found.is_disjoint(&gone));
         let slots = Slots::new(4);
-        let mut loaded = Graph::create(DIMS, Metric::Cos, 0, &slots.acquire()).unwrap();
+        let mut loaded = Graph::create(DIMS, Metric::Cos, SCALAR, 0, &slots.acquire()).unwrap();
         loaded.load_buffer(&full, GRAVES, &slots.acquire()).unwrap();
         let p = slots.acquire();
         let mut buf = vec![0f32; DIMS];
         for k in &gone {
             assert!(loaded.get(*k, &mut buf, &p));
-            assert_ne!(buf, v(*k));
+            assert_ne!(buf, rounded(&v(*k)));
             let known = (0..N as u64).filter(|i| !gone.contains(i));
-            assert!(known.map(v).any(|s| s == buf), "not a neighbour's vector");
+            assert!(
+                known.map(|i| rounded(&v(i))).any(|s| s == buf),
+                "not a neighbour's vector"
+            );
         }
         for k in (0..N as u64).filter(|k| k % 13 != 0 && !gone.contains(k)) {
             assert!(loaded.get(k, &mut buf, &p));
-            assert_eq!(buf, v(k));
+            assert_eq!(buf, rounded(&v(k)));
             let mut orig = vec![0f32; DIMS];
             assert!(g.get(k, &mut orig, &p));
             assert_eq!(buf, orig);

@@ -1,7 +1,8 @@
 //! The vector index: one partition per namespace, derived from the row store.
 //!
 //! - A namespace with fewer than [`Tuning::graph_min`] vectors is a flat array scanned exactly.
-//! - A larger one is a usearch HNSW graph (SIMD kernels). Keys are the rows' vector keys
+//! - A larger one is a usearch HNSW graph (SIMD kernels) of bfloat16 vectors, with the exact
+//!   f32 ones beside it (see `part`). Keys are the rows' vector keys
 //!   (`Col::vkey`), allocated monotonically and never reused, because usearch misbehaves when
 //!   a removed key is added again.
 //! - Nothing is ever removed from a graph either: usearch hands the slot of a removed key to
@@ -160,7 +161,13 @@ impl VectorIndex {
     }
 
     fn new_graph(&self, capacity: usize) -> Result<Graph> {
-        Graph::create(self.dims, self.metric, capacity, &self.slots.acquire())
+        Graph::create(
+            self.dims,
+            self.metric,
+            graph::SCALAR,
+            capacity,
+            &self.slots.acquire(),
+        )
     }
 
     /// The plan thresholds.
@@ -270,46 +277,10 @@ impl VectorIndex {
 
     /// The stored vectors of `keys` (None where absent), in order.
     fn vectors(&self, ns: &str, keys: &[u64]) -> Vec<Option<Vec<f32>>> {
-        match self.parts.get(ns) {
-            None => vec![None; keys.len()],
-            Some(Partition::Flat(f)) => keys
-                .iter()
-                .map(|k| f.get(*k).map(<[f32]>::to_vec))
-                .collect(),
-            Some(Partition::Graph(g)) => {
-                let p = self.slots.acquire();
-                keys.iter()
-                    .map(|k| {
-                        let mut buf = vec![0f32; self.dims];
-                        g.get(*k, &mut buf, &p).then_some(buf)
-                    })
-                    .collect()
-            }
-        }
-    }
-
-    /// `f(key, vector)` for each of `keys` the partition holds, in order, through one buffer
-    /// (a search rescores its candidates with no allocation per candidate).
-    fn each_vector(&self, ns: &str, keys: &[u64], mut f: impl FnMut(u64, &[f32])) {
-        match self.parts.get(ns) {
-            None => {}
-            Some(Partition::Flat(flat)) => {
-                for k in keys {
-                    if let Some(v) = flat.get(*k) {
-                        f(*k, v);
-                    }
-                }
-            }
-            Some(Partition::Graph(g)) => {
-                let p = self.slots.acquire();
-                let mut buf = vec![0f32; self.dims];
-                for k in keys {
-                    if g.get(*k, &mut buf, &p) {
-                        f(*k, &buf);
-                    }
-                }
-            }
-        }
+        let part = self.parts.get(ns);
+        keys.iter()
+            .map(|k| part.and_then(|p| p.get(*k)).map(<[f32]>::to_vec))
+            .collect()
     }
 
     /// Namespaces whose graph carries many tombstones, to rebuild in `compact`.
@@ -349,6 +320,7 @@ impl VectorIndex {
                 Partition::Flat(f) => f.memory_usage(),
                 Partition::Graph(g) => {
                     g.graph.memory_usage()
+                        + g.vectors.memory_usage()
                         + g.overlay.adds.memory_usage()
                         + g.exact.memory_usage()
                         + g.compact.memory_usage()

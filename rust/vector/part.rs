@@ -1,5 +1,9 @@
-//! A namespace's partition: a flat array, or a graph with its overlay, exact-match index and
-//! compact copy ([`Compact`], see `compact`).
+//! A namespace's partition: a flat array, or a graph with its exact vectors, overlay,
+//! exact-match index and compact copy ([`Compact`], see `compact`).
+//!
+//! A graph stores its vectors in bfloat16 (see [`super::graph::SCALAR`]): it only navigates.
+//! The partition keeps every live vector in f32 beside it ([`GraphPart::vectors`]), which
+//! rescoring and exact scans read, so a score or an exact plan never sees a rounded vector.
 //!
 //! HNSW leaves a few nodes that no search reaches (measured on 96k real MiniLM vectors:
 //! ~0.08%, most of them orphaned *after* their insert, as later inserts pruned the edges to
@@ -111,6 +115,8 @@ pub(super) struct Overlay {
 /// A graph partition.
 pub(super) struct GraphPart {
     pub(super) graph: Arc<Graph>,
+    /// The exact vector of every live key (graph and overlay; see the module docs).
+    pub(super) vectors: Flat,
     pub(super) overlay: Overlay,
     pub(super) exact: ExactIndex,
     /// The int8 copy of every live vector (graph and overlay), kept in step with both.
@@ -128,6 +134,16 @@ pub(super) enum Partition {
     Graph(GraphPart),
 }
 
+impl Partition {
+    /// The exact vector of a live `key`.
+    pub(super) fn get(&self, key: u64) -> Option<&[f32]> {
+        match self {
+            Self::Flat(f) => f.get(key),
+            Self::Graph(g) => g.get(key),
+        }
+    }
+}
+
 /// The derived parts of a graph being loaded (exact matches, compact copy), built from its
 /// vectors as they arrive, in slot order, each once: in bulk, each code row written into its
 /// key-ordered place, the hashes sorted once at the end.
@@ -137,6 +153,7 @@ pub(super) struct Loading {
     compact: Compact,
     /// (hash, key) of every vector indexed.
     hashes: Vec<(u64, u64)>,
+    vectors: Flat,
     /// The vector being indexed, as f32.
     buf: Vec<f32>,
 }
@@ -158,6 +175,7 @@ impl Loading {
             row,
             compact: Compact::with_keys(dims, metric, live.into_iter().map(|(k, _)| k).collect()),
             hashes: Vec::with_capacity(keys.len()),
+            vectors: Flat::with_capacity(dims, keys.len()),
             buf: vec![0.0; dims],
         }
     }
@@ -166,6 +184,7 @@ impl Loading {
     pub(super) fn add(&mut self, slot: usize, key: u64, v: &[f32]) {
         self.hashes.push((bits_hash(v), key));
         self.compact.fill(self.row[slot] as usize, v);
+        self.vectors.insert(key, v);
     }
 
     /// [`Loading::add`] of a vector as stored (little-endian f32).
@@ -184,6 +203,7 @@ impl Loading {
         let mut part = GraphPart::new(graph, self.buf.len());
         part.exact = ExactIndex::from_hashes(self.hashes);
         part.compact = self.compact;
+        part.vectors = self.vectors;
         part
     }
 }
@@ -193,6 +213,7 @@ impl GraphPart {
         let compact = Compact::new(dims, graph.metric);
         Self {
             graph: Arc::new(graph),
+            vectors: Flat::new(dims),
             overlay: Overlay {
                 adds: Flat::new(dims),
                 graves: HashSet::new(),
@@ -208,6 +229,9 @@ impl GraphPart {
         self.graph.live() - self.overlay.graves.len() + self.overlay.adds.len()
     }
 
+    /// Whether `key` is live in the graph or the overlay. (Not `vectors`: on open, until the
+    /// replay buries them, the graph also holds keys whose rows were deleted or re-embedded
+    /// after the checkpoint, which have no exact vector; see `layout`.)
     pub(super) fn contains(&self, key: u64) -> bool {
         self.overlay.adds.contains(key)
             || (self.graph.contains(key) && !self.overlay.graves.contains(&key))
@@ -218,22 +242,21 @@ impl GraphPart {
         key < GRAVE && !self.overlay.graves.contains(&key)
     }
 
-    /// Copies the vector of `key` into `buf`; false when absent.
-    pub(super) fn get(&self, key: u64, buf: &mut [f32], p: &Permit<'_>) -> bool {
-        if let Some(v) = self.overlay.adds.get(key) {
-            buf.copy_from_slice(v);
-            return true;
-        }
-        !self.overlay.graves.contains(&key) && self.graph.get(key, buf, p)
+    /// The exact vector of a live `key`.
+    pub(super) fn get(&self, key: u64) -> Option<&[f32]> {
+        self.vectors.get(key)
     }
 
-    /// Indexes a vector the graph or the overlay holds (exact matches, compact copy).
+    /// Indexes a vector the graph or the overlay holds (exact vectors, exact matches, compact
+    /// copy).
     pub(super) fn index(&mut self, key: u64, v: &[f32]) {
+        self.vectors.insert(key, v);
         self.exact.insert(key, v);
         self.compact.insert(key, v);
     }
 
     pub(super) fn remove(&mut self, key: u64, p: &Permit<'_>) -> Result<()> {
+        self.vectors.remove(key);
         self.exact.remove(key);
         self.compact.remove(key);
         if self.overlay.adds.remove(key) {
