@@ -71,7 +71,7 @@ pub const FORMAT_VERSION: u64 = 1;
 /// (RSS 584 MB against 375 MB); 64 MB still holds the pages searches read (payloads ~90 B a
 /// row, filter columns ~150) up to a few hundred thousand rows, and the OS page cache serves
 /// the rest.
-const CACHE_BYTES: usize = 64 << 20;
+const CACHE_BYTES: usize = 32 << 20;
 
 /// The per-row record the filter columns are built from (no payload). Its layout is the
 /// stored format (bincode, field order matters): the memory's `col` fields (see
