@@ -68,9 +68,10 @@ pub const FORMAT_VERSION: u64 = 1;
 /// Page cache of the row store, bytes. Payloads are read on demand through it, and an open
 /// reads every vector through it to load the graphs (see `vector::layout`): what it keeps stays
 /// resident. At 256 MB a 99k-row store (384-d) kept ~200 MB of vector pages after an open
-/// (RSS 584 MB against 375 MB); 64 MB still holds the pages searches read (payloads ~90 B a
-/// row, filter columns ~150) up to a few hundred thousand rows, and the OS page cache serves
-/// the rest.
+/// (RSS 584 MB against 375 MB); at 64 MB the same open after the graphs went bf16 (with exact
+/// f32 vectors in memory, see `vector::part`) was 521 MB, at 32 MB 475 MB with the same
+/// search speed. A search reads only payload pages (~90 B a row; the filter columns are in
+/// memory): 32 MB holds them up to ~300k rows, and the OS page cache serves the rest.
 const CACHE_BYTES: usize = 32 << 20;
 
 /// The per-row record the filter columns are built from (no payload). Its layout is the
