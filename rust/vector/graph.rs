@@ -192,7 +192,8 @@ impl Graph {
             .map_err(|e| usearch_err("filtered search", e))
     }
 
-    /// Copies the vector of `key` into `buf`; false when absent.
+    /// Copies the vector of `key` into `buf` as the graph holds it (rounded, in a bf16 graph;
+    /// exact vectors live in the partition, see `part`); false when absent.
     pub(super) fn get(&self, key: u64, buf: &mut [f32], _: &Permit<'_>) -> bool {
         matches!(self.index.get(key, buf), Ok(n) if n > 0)
     }
