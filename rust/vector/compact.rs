@@ -332,8 +332,6 @@ struct Scan<'a> {
 /// are scattered over the copy, and the CPU's own lookahead covers about one row.
 const AHEAD: usize = 8;
 
-/// Asks the CPU to start loading `row` into the cache: a hint, which loads nothing into a
-/// register and never faults.
 impl pulp::WithSimd for Scan<'_> {
     type Output = Vec<(f32, u32)>;
 
