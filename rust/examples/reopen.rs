@@ -1,10 +1,12 @@
 //! Time a store's reopen: `Engine::open`, then one unfiltered vector search, then close, in
-//! this (fresh) process, with its peak resident memory.
+//! this (fresh) process, with its peak resident memory, then the mean time of 2,000 more
+//! searches (pseudo-random unit queries, one thread).
 //!
 //! `cargo run --release --example reopen -- STORE [NAMESPACE]` (default namespace `main`).
 //! Run it on a copy of a closed store, several times in fresh processes: nothing changes the
 //! store, so each run opens the same files. Prints one JSON line: seconds for open, open +
-//! first search and close, the peak RSS (`VmHWM`) and the vector index's memory in MB.
+//! first search and close, the CPU seconds of the open (user, system), the peak RSS
+//! (`VmHWM`), the vector index's memory in MB and the microseconds a search took after.
 //!
 //! `... --example reopen -- --build STORE ROWS [DIMS]` first writes a store to reopen:
 //! ROWS rows in namespace `main` (default 384 dims, cos), each with a short text, a tag
@@ -23,6 +25,9 @@ use std::time::Instant;
 
 use memini::types::Unstamped;
 use memini::{Engine, FilterSpec, Memory, Metric, NewMemory, Options};
+
+/// Searches timed after the open.
+const SEARCHES: u64 = 2000;
 
 /// splitmix64: the pseudo-random stream of the built rows.
 fn mix(mut z: u64) -> u64 {
@@ -99,6 +104,22 @@ fn status_mb(field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// This process's CPU seconds so far, (user, system), from `/proc/self/stat` (zeros where
+/// there is none). The kernel counts in ticks of 1/100 s on the platforms this runs on.
+fn cpu_s() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // the fields after the command name, which is in parentheses and may hold spaces
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let field = |i: usize| {
+        rest.split_whitespace()
+            .nth(i)
+            .and_then(|x| x.parse::<f64>().ok())
+            .map_or(0.0, |t| t / 100.0)
+    };
+    // utime and stime are the 14th and 15th fields, the 12th and 13th after the name
+    (field(11), field(12))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage = "usage: reopen STORE [NAMESPACE] | reopen --build STORE ROWS [DIMS]";
@@ -113,6 +134,7 @@ fn main() {
     let t0 = Instant::now();
     let e = Engine::open(Some(Path::new(dir)), &Options::default()).expect("open the store");
     let open = t0.elapsed().as_secs_f64();
+    let (user, system) = cpu_s();
     let stats = e.stats().expect("stats");
     let dims = stats.dims;
     let query: Vec<f32> = (0..dims)
@@ -124,11 +146,19 @@ fn main() {
     let open_search = t0.elapsed().as_secs_f64();
     let peak = status_mb("VmHWM:");
     let t1 = Instant::now();
+    for i in 0..SEARCHES {
+        let q = unit(u64::MAX - i, dims);
+        e.vector_search(ns, &q, &FilterSpec::default(), 10)
+            .expect("search");
+    }
+    let search_us = t1.elapsed().as_secs_f64() * 1e6 / SEARCHES as f64;
+    let t1 = Instant::now();
     e.close().expect("close");
     let close = t1.elapsed().as_secs_f64();
     println!(
         "{{\"open\": {open:.3}, \"open_search\": {open_search:.3}, \"close\": {close:.3}, \
-         \"hits\": {}, \"peak_rss_mb\": {peak:.0}, \"vector_memory_mb\": {:.0}}}",
+         \"open_cpu_user\": {user:.2}, \"open_cpu_system\": {system:.2}, \"hits\": {}, \
+         \"peak_rss_mb\": {peak:.0}, \"vector_memory_mb\": {:.0}, \"search_us\": {search_us:.0}}}",
         hits.len(),
         stats.vector_memory_bytes as f64 / f64::from(1 << 20),
     );
