@@ -41,11 +41,10 @@ pub use vector::{Route, Tuning};
 /// of ~2,000 documents spent 6-9 ms of CPU in `_int_malloc` (perf, 99k-row store, quiet
 /// machine, median write 0.45 ms). mimalloc frees across threads without that pass.
 ///
-/// Built without its transparent-huge-page advice (`no_thp`): mimalloc asks the kernel for
-/// huge pages on its arenas, and a huge page's first touch zeroes 2 MB at once. On the VMs
-/// this is measured on (freed memory goes back to the host) the zeroing was ~60% of an open's
-/// CPU (perf): a 99k-row store opened in 0.70-1.21 s with the advice (three of four runs over
-/// 1.1 s), 0.64-0.70 s without, searching at the same speed (alternated fresh processes,
-/// quiet machine). The process's own huge-page policy is left as it is.
+/// mimalloc keeps its transparent-huge-page advice on its arenas. Without it (`no_thp`) a
+/// 99k-row store opened faster on these VMs (0.64-0.70 s vs 0.70-1.21 s: a huge page's first
+/// touch zeroes 2 MB), but at 1M rows the open was no faster (14.6-18.9 s vs 16.0-18.7 s)
+/// and searches were slower (4.3-5.4 ms vs 3.2-4.8 ms, 2,000 one-thread searches after the
+/// open; alternated fresh processes, quiet machine, `examples/reopen`).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
