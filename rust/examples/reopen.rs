@@ -1,6 +1,6 @@
-//! Time a store's reopen: `Engine::open`, then one unfiltered vector search, then close, in
-//! this (fresh) process, with its peak resident memory, then the mean time of 2,000 more
-//! searches (pseudo-random unit queries, one thread).
+//! Time a store's reopen: `Engine::open` and one unfiltered vector search in this (fresh)
+//! process, with its peak resident memory; then 2,000 more searches (pseudo-random unit
+//! queries, one thread), then close.
 //!
 //! `cargo run --release --example reopen -- STORE [NAMESPACE]` (default namespace `main`).
 //! Run it on a copy of a closed store, several times in fresh processes: nothing changes the
