@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import functools
 import logging
 import math
@@ -18,7 +19,7 @@ import os
 import stat
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -498,6 +499,19 @@ class Store:
         self._check()
         self._engine.compact()
         self._meta.compact()
+
+    @contextlib.contextmanager
+    def _bulk_load(self) -> Iterator[bool]:
+        """Internal, for ``memini import``: a load of many memories. Yields whether the
+        store held no memory at the start. On PostgreSQL an empty store's secondary indexes
+        are dropped for the load and built once when it ends (see
+        `memini.postgres._bulk.deferred_indexes`); the embedded store changes nothing."""
+        self._check()
+        if isinstance(self._engine, Engine):
+            yield not self._engine.list_namespaces()
+            return
+        with self._engine.bulk_load() as empty:
+            yield empty
 
     # ------------------------------------------------------------------ memories: writes
 

@@ -169,6 +169,9 @@ def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) 
         )
         if store is not None and not args.atomic:
             _adopt_model(store, header, err)
+        # a store that is there while the lines are read loads in bulk (an atomic import
+        # into a new store: once it is created, below)
+        fresh = store is not None and stack.enter_context(store._bulk_load())
         progress = stack.enter_context(progress_bar(err))
         task = progress.add_task(f"importing {src.name}", total=src.size, rows=0)
 
@@ -183,6 +186,7 @@ def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) 
             next_event_id=0 if header is None else header.next_event_id,
             on_existing=args.on_existing,
             atomic=args.atomic,
+            fresh=fresh,
         )
         for n, (lineno, line, problem) in enumerate(itertools.chain(pending, records), start=1):
             if problem is None:
@@ -199,6 +203,7 @@ def _import(src: _Source, args: argparse.Namespace, out: Console, err: Console) 
                 store = stack.enter_context(
                     create_store(path, wanted.dims, wanted.metric, "import")
                 )
+                stack.enter_context(store._bulk_load())
             _adopt_model(store, header, err)
         summary = imp.finish(into=store)
     _print_summary(out, summary, time.perf_counter() - t0)

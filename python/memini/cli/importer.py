@@ -121,6 +121,7 @@ class Importer:
         next_event_id: int = 0,
         on_existing: OnExisting = "skip",
         atomic: bool = False,
+        fresh: bool = False,
     ) -> None:
         self.store = store
         self.next_event_id = next_event_id  # from the export header; 0 = none
@@ -133,6 +134,9 @@ class Importer:
         self.summary = ImportSummary(on_existing=on_existing, atomic=atomic)
         # memories not written yet: the pending batch, or with ``atomic`` the whole file
         self._pending: dict[tuple[str, str], _Pending] = {}
+        # ``fresh``: the store held no memory at the start, so the only stored ones are those
+        # this import landed, and no line costs a lookup in the store
+        self._landed: set[tuple[str, str]] | None = set() if fresh else None
         # identities of the store's and the file's links and keys: the line that brought
         # one, or 0 for one that was stored before the import
         self._links: dict[tuple[str, str], int] | None = None
@@ -222,6 +226,8 @@ class Importer:
         pending = self._pending.get(key)
         if pending is not None:
             return pending.lineno
+        if self._landed is not None:
+            return 0 if key in self._landed else None
         ns, id_ = key
         # The id sorts first among the ids it prefixes: one cheap lookup.
         return 0 if self.store.ids_by_prefix(ns, id_, 1) == [id_] else None
@@ -319,6 +325,8 @@ class Importer:
             return
         self.summary.memories.inserted += sum(p.inserted for p in rows)
         self.summary.memories.updated += sum(p.updated for p in rows)
+        if self._landed is not None:
+            self._landed.update((p.memory.namespace, p.memory.id) for p in rows)
 
     def finish(self, into: Store | None = None) -> ImportSummary:
         """Store what is pending and the buffered events; return the summary.

@@ -7,28 +7,29 @@ classes instead, with the same methods and the same arguments (validated rows, f
 and microseconds from `memini._convert` / `memini._values`), so every argument check, metrics
 report, embedder call and the recall arguments stay in `Store`, in one place.
 
-Both share one `psycopg_pool.ConnectionPool`. Every method is one transaction (READ
-COMMITTED; a write returns after its commit, which PostgreSQL makes durable with
-``synchronous_commit`` on, its default); any number of processes may use one database at
-once: ids are unique by primary key (an upsert is one ``INSERT .. ON CONFLICT`` whose update
-applies only within the row's namespace, else `ConflictError` and the transaction rolls
-back), counters move by row locks.
+Both share one connection pool (`memini.postgres._pool`). A method that is one statement
+runs as one, outside any transaction (one round trip); one that needs several runs them in
+one transaction (READ COMMITTED). A write returns after its commit, which PostgreSQL makes
+durable with ``synchronous_commit`` on, its default. Any number of processes may use one
+database at once: ids are unique by primary key (an upsert is one ``INSERT .. ON CONFLICT``
+whose update applies only within the row's namespace, else `ConflictError` and the
+transaction rolls back), counters move by row locks. Large batches load through ``COPY``
+(`memini.postgres._bulk`).
 
-Vector search: pgvector HNSW with iterative index scans (``hnsw.iterative_scan``), so a
-filter is applied while the graph is walked; when that still yields fewer than ``k`` rows (a
-very selective filter), the same query runs as an exact scan, so a search returns exactly
-``min(k, matching rows with a vector)``. Scores are recomputed in f64 from the stored
-float32 vectors, as in the embedded store. Keyword search: PostgreSQL full-text search
-(``english`` configuration, ``ts_rank``), see `PgEngine.keyword_search` for how it differs
-from the embedded BM25.
+Searches are one prepared statement each (recall: two), see `memini.postgres._search`: a
+vector search walks the HNSW index with the filter applied during the walk (pgvector's
+iterative scans) or scans the matching rows exactly, whichever the planner statistics say
+is cheaper, and falls back to the exact scan in the same statement when the walk finds
+fewer than ``k`` rows, so it returns exactly ``min(k, matching rows with a vector)``. Scores
+are recomputed in f64 from the stored float32 vectors, as in the embedded store. Keyword
+search: PostgreSQL full-text search (``english`` configuration, ``ts_rank``), see
+`PgEngine.keyword_search` for how it differs from the embedded BM25.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import os
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
@@ -37,8 +38,6 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import numpy.typing as npt
 import psycopg
-import psycopg_pool
-from pgvector.psycopg import register_vector
 
 from memini import _core
 from memini import events as ev
@@ -51,25 +50,20 @@ from memini._values import (
     now_micros,
     to_micros,
 )
-from memini.errors import (
-    ConflictError,
-    InvalidArgumentError,
-    MeminiError,
-    NotFoundError,
-    StoreClosedError,
-    UnavailableError,
-)
+from memini.errors import InvalidArgumentError, NotFoundError, StoreClosedError
 from memini.postgres import _meta
+from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, upsert
 from memini.postgres._filter import LIVE_AT, ORDER_COLUMNS, where
-from memini.postgres._rows import (
-    SELECT,
-    WRITE_COLUMNS,
-    query_words,
-    register_text_codec,
-    to_memory,
-    write_values,
+from memini.postgres._pool import DEFAULT_EF_SEARCH, Conn, Pool, translate, use_ef_search
+from memini.postgres._rows import SELECT, query_words, to_memory, write_values
+from memini.postgres._schema import HNSW_MAX_DIMS, migrate
+from memini.postgres._search import (
+    STANDING,
+    Sizes,
+    keyword_sql,
+    recall_sql,
+    vector_sql,
 )
-from memini.postgres._schema import HNSW_MAX_DIMS, OPERATORS, migrate
 from memini.types import (
     APIKey,
     Event,
@@ -79,7 +73,6 @@ from memini.types import (
     Recalled,
     Scored,
     Tier,
-    fingerprint,
     hash_api_key,
 )
 
@@ -88,25 +81,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PgEngine", "PgMeta", "open_backend", "safe_url"]
 
-Conn = psycopg.Connection[Any]
-_POOL_MAX: Final = 16
-_DEFAULT_BREADTH: Final = 64
-_MAX_EF_SEARCH: Final = 1000  # pgvector's limit; iterative scans go on past it
-_OVERFETCH: Final = 4  # graph candidates per result wanted, rescored exactly
-# hnsw.ef_search times this under a filter beyond the live rule: on 99k pypi rows the 10% tag
-# filter gave recall@10 0.927 with the plain beam (unfiltered 0.969)
-_FILTERED_BEAM: Final = 4
-_TS_CONFIG: Final = "english"
-_UPSERT: Final = (
-    f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, words) VALUES ("
-    + ", ".join(f"%({c})s" for c in WRITE_COLUMNS)
-    + f", to_tsvector('{_TS_CONFIG}', %(words)s)) "
-    "ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(
-        f"{c} = excluded.{c}" for c in (*WRITE_COLUMNS, "words") if c not in ("id", "created_at")
-    )
-    + " WHERE memories.namespace = excluded.namespace RETURNING (xmax = 0)"
-)
+_BY_IDS: Final = f"SELECT {SELECT} FROM memories WHERE id = ANY(%(ids)s::text[])"
+_RECALL_ATTEMPTS: Final = 3  # a final row deleted after the legs ran: recall again
 
 
 def safe_url(url: str) -> str:
@@ -119,78 +95,8 @@ def safe_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-def _translate(exc: psycopg.Error | psycopg_pool.PoolTimeout) -> MeminiError:
-    """The memini error for a psycopg exception."""
-    if isinstance(exc, psycopg.errors.ProgramLimitExceeded):  # e.g. an id too long to index
-        return InvalidArgumentError(f"a value is too large for PostgreSQL: {exc}")
-    if isinstance(exc, psycopg_pool.PoolTimeout | psycopg.OperationalError):
-        return UnavailableError(f"PostgreSQL cannot be reached: {exc}")
-    if isinstance(exc, psycopg.DataError):
-        return InvalidArgumentError(f"PostgreSQL refused a value: {exc}")
-    return MeminiError(f"PostgreSQL: {exc}")
-
-
-def _configure(conn: Conn) -> None:
-    register_vector(conn)
-    register_text_codec(conn)
-
-
 def _not_found(ns: str, id: str) -> NotFoundError:
     return NotFoundError(f"memory not found: id {id!r} in namespace {ns!r}")
-
-
-def _conflict(id: str) -> ConflictError:
-    return ConflictError(
-        f"memory id {id!r} already exists in a different namespace (ids are unique across "
-        "namespaces; use a new id)"
-    )
-
-
-class _Pool:
-    """The shared connection pool and the transaction helper of both halves."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=1,
-            max_size=_POOL_MAX,
-            kwargs={"autocommit": True},
-            configure=_configure,
-            open=False,
-            name="memini",
-        )
-        self.closed = False
-        self.pid = os.getpid()
-        self.lock = threading.Lock()
-
-    def open(self) -> None:
-        try:
-            self.pool.open(wait=True, timeout=30.0)
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            raise _translate(e) from None
-
-    @contextlib.contextmanager
-    def tx(self) -> Iterator[Conn]:
-        if self.closed or os.getpid() != self.pid:
-            raise StoreClosedError("store is closed")
-        try:
-            with self.pool.connection() as conn, conn.transaction():
-                yield conn
-        except psycopg_pool.PoolClosed:  # closed by another thread meanwhile
-            raise StoreClosedError("store is closed") from None
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            if self.closed:
-                raise StoreClosedError("store is closed") from None
-            raise _translate(e) from None
-
-    def close(self) -> None:
-        with self.lock:
-            if self.closed:
-                return
-            self.closed = True
-        if os.getpid() == self.pid:
-            self.pool.close()
 
 
 def open_backend(url: str, dims: int | None, metric: str | None) -> tuple[PgEngine, PgMeta]:
@@ -204,31 +110,23 @@ def open_backend(url: str, dims: int | None, metric: str | None) -> tuple[PgEngi
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=30) as conn:
             stored_dims, stored_metric = migrate(conn, dims, metric)
+            recover_deferred(conn)
     except psycopg.Error as e:
-        raise _translate(e) from None
-    pool = _Pool(url)
+        raise translate(e) from None
+    pool = Pool(url)
     pool.open()
     return PgEngine(pool, stored_dims, stored_metric), PgMeta(pool)
-
-
-def _selective(spec: FilterSpec, tiers: builtins.list[str] | None) -> bool:
-    """Whether a filter selects rows beyond the live rule (tags, metadata, tiers, ...)."""
-    return (
-        tiers is not None
-        or any(spec[f] for f in ("tiers", "levels", "tags", "metadata", "memory_types"))
-        or bool(spec["exclude_metadata"])
-        or any(spec[f] is not None for f in ("as_of", "created_after", "accessed_after"))
-    )
 
 
 class PgEngine:
     """Memories in PostgreSQL, with the methods (and arguments) of `memini._core.Engine`."""
 
-    def __init__(self, pool: _Pool, dims: int, metric: str) -> None:
+    def __init__(self, pool: Pool, dims: int, metric: str) -> None:
         self._p = pool
         self._dims = dims
         self._metric = metric
-        self._breadth = _DEFAULT_BREADTH
+        self._breadth = DEFAULT_EF_SEARCH
+        self._sizes = Sizes()
 
     @property
     def dims(self) -> int:
@@ -246,7 +144,7 @@ class PgEngine:
         self._p.close()
 
     def ping(self) -> None:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             conn.execute("SELECT 1")
 
     def set_search_breadth(self, breadth: int) -> None:
@@ -257,26 +155,35 @@ class PgEngine:
 
     def upsert_many(self, rows: list[dict[str, Any]]) -> list[bool]:
         now = now_micros()
-        params = []
+        stamped = []
         for row in rows:
-            stamped = dict(row)
+            r = dict(row)
             for name in ("created_at", "updated_at", "last_accessed_at"):
-                if stamped[name] is None:
-                    stamped[name] = now
-            params.append(write_values(stamped))
-        out: list[bool] = []
-        with self._p.tx() as conn, conn.cursor() as cur:
-            # one statement per row, in order (a repeated id is sequential upserts), sent
-            # in one pipeline; a row of another namespace's id returns nothing: ConflictError
-            # and the transaction rolls back
-            cur.executemany(_UPSERT, params, returning=True)
-            for p in params:
-                got = cur.fetchone()
-                if got is None:
-                    raise _conflict(p["id"])
-                out.append(bool(got[0]))
-                cur.nextset()
-        return out
+                if r[name] is None:
+                    r[name] = now
+            stamped.append(r)
+        if len(stamped) == 1:  # one statement: its own transaction
+            with self._p.read() as conn:
+                return upsert(conn, stamped)
+        with self._p.tx() as conn:
+            return upsert(conn, stamped)
+
+    @contextlib.contextmanager
+    def bulk_load(self) -> Iterator[bool]:
+        """A load of many rows; yields whether the store held none at the start. An empty
+        store loads with its secondary indexes dropped, built once at the end
+        (`memini.postgres._bulk.deferred_indexes`)."""
+        with self._p.read() as conn:
+            r = conn.execute("SELECT NOT EXISTS (SELECT FROM memories)").fetchone()
+        empty = bool(r and r[0])
+        if not empty:
+            yield False
+            return
+        try:
+            with deferred_indexes(self._p):
+                yield True
+        finally:
+            self._sizes.forget()
 
     def _load(self, conn: Conn, ns: str, id: str) -> tuple[dict[str, Any], Any]:
         """The row as a core row dict (plus its embedding), locked for update."""
@@ -295,7 +202,7 @@ class PgEngine:
         row["tags"], row["linked_memory_ids"] = list(row["tags"]), list(row["linked_memory_ids"])
         row["fingerprint"] = r[len(cols)]
         emb = r[len(cols) + 1]
-        return row, None if emb is None else emb.to_numpy()
+        return row, emb
 
     def update(self, namespace: str, id: str, fields: dict[str, Any]) -> Memory:
         with self._p.tx() as conn:
@@ -307,13 +214,13 @@ class PgEngine:
                 row["updated_at"] = now_micros()
             if row["last_accessed_at"] is None:
                 row["last_accessed_at"] = now_micros()
-            conn.execute(_UPSERT, write_values(row))
+            conn.execute(UPSERT, write_values(row))
             r = conn.execute(f"SELECT {SELECT} FROM memories WHERE id = %s", (id,)).fetchone()
         assert r is not None
         return to_memory(r)
 
     def delete(self, namespace: str, id: str) -> Memory:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             r = conn.execute(
                 f"DELETE FROM memories WHERE id = %s AND namespace = %s RETURNING {SELECT}",
                 (id, namespace),
@@ -324,7 +231,7 @@ class PgEngine:
 
     def _modify(self, sql: str, params: dict[str, Any], ns: str, id: str) -> None:
         params.update(ns=ns, id=id)
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             n = conn.execute(
                 f"UPDATE memories SET {sql} WHERE id = %(id)s AND namespace = %(ns)s", params
             ).rowcount
@@ -382,7 +289,7 @@ class PgEngine:
                 row["valid_to"] = now
             row["updated_at"] = now
             row["embedding"] = emb
-            conn.execute(_UPSERT, write_values(row))
+            conn.execute(UPSERT, write_values(row))
 
     def reinforce(
         self, namespace: str, ids: list[str], accessed_at: int, new_expiry: int | None
@@ -396,7 +303,7 @@ class PgEngine:
         pairs = sorted(set(rows))  # one access per call and row; a fixed lock order
         if not pairs:
             return
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             conn.execute(
                 "UPDATE memories SET access_count = access_count + 1, last_accessed_at = %s, "
                 "expires_at = CASE WHEN expires_at IS NOT NULL AND %s::bigint IS NOT NULL "
@@ -406,7 +313,7 @@ class PgEngine:
             )
 
     def delete_if_expired_before(self, namespace: str, id: str, cutoff: int) -> Memory:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             r = conn.execute(
                 f"DELETE FROM memories WHERE id = %s AND namespace = %s AND expires_at <= %s "
                 f"RETURNING {SELECT}",
@@ -421,7 +328,7 @@ class PgEngine:
 
     def sweep_expired(self, now: int, limit: int) -> list[str]:
         cap = "" if limit <= 0 else f"LIMIT {int(limit)}"
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             # MATERIALIZED: the capped pick runs once (an IN (subquery) may run again)
             rows = conn.execute(
                 "WITH picked AS MATERIALIZED (SELECT id FROM memories "
@@ -433,7 +340,7 @@ class PgEngine:
         return [r[0] for r in rows]
 
     def delete_namespace(self, namespace: str) -> list[str]:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(
                 "DELETE FROM memories WHERE namespace = %s RETURNING tier", (namespace,)
             ).fetchall()
@@ -444,19 +351,19 @@ class PgEngine:
             raise InvalidArgumentError("to_ns must be a non-empty namespace")
         if from_ns == to_ns or not ids:
             return 0
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return conn.execute(
                 "UPDATE memories SET namespace = %s WHERE namespace = %s AND id = ANY(%s)",
                 (to_ns, from_ns, list(ids)),
             ).rowcount
 
     def setting(self, key: str) -> str | None:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             r = conn.execute("SELECT value FROM memini_settings WHERE key = %s", (key,)).fetchone()
         return None if r is None else str(r[0])
 
     def set_setting(self, key: str, value: str) -> None:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             conn.execute(
                 "INSERT INTO memini_settings (key, value) VALUES (%s, %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -472,7 +379,7 @@ class PgEngine:
     # ------------------------------------------------------------------ reads
 
     def get(self, namespace: str, id: str) -> Memory:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             r = conn.execute(
                 f"SELECT {SELECT} FROM memories WHERE id = %s AND namespace = %s", (id, namespace)
             ).fetchone()
@@ -481,7 +388,7 @@ class PgEngine:
         return to_memory(r)
 
     def get_embedding(self, namespace: str, id: str) -> npt.NDArray[np.float32] | None:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             r = conn.execute(
                 "SELECT embedding FROM memories WHERE id = %s AND namespace = %s",
                 (id, namespace),
@@ -489,12 +396,12 @@ class PgEngine:
             ).fetchone()
         if r is None:
             raise _not_found(namespace, id)
-        return None if r[0] is None else np.ascontiguousarray(r[0].to_numpy(), np.float32)
+        return cast("npt.NDArray[np.float32] | None", r[0])
 
     def ids_by_prefix(self, namespace: str, prefix: str, limit: int) -> list[str]:
         if not prefix or limit <= 0:
             return []
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(
                 "SELECT id FROM memories WHERE namespace = %s AND starts_with(id, %s) "
                 "ORDER BY id LIMIT %s",
@@ -503,7 +410,7 @@ class PgEngine:
         return [r[0] for r in rows]
 
     def predecessor_ids(self, namespace: str, id: str) -> list[str]:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(
                 "SELECT id FROM memories WHERE namespace = %s AND superseded_by = %s ORDER BY id",
                 (namespace, id),
@@ -513,7 +420,7 @@ class PgEngine:
     def get_by_fingerprint(self, namespace: str, tier: str, fingerprint: str, now: int) -> Memory:
         r = None
         if fingerprint:
-            with self._p.tx() as conn:
+            with self._p.read() as conn:
                 r = conn.execute(
                     f"SELECT {SELECT} FROM memories WHERE namespace = %(ns)s AND tier = %(tier)s "
                     f"AND fingerprint = %(fp)s AND {LIVE_AT} "
@@ -529,7 +436,7 @@ class PgEngine:
 
     def list_expired(self, now: int, limit: int) -> list[Memory]:
         cap = "" if limit <= 0 else f"LIMIT {int(limit)}"
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(
                 f"SELECT {SELECT} FROM memories WHERE expires_at <= %s "
                 f"ORDER BY expires_at, id {cap}",
@@ -552,28 +459,28 @@ class PgEngine:
             sql += f" LIMIT {int(limit)}"
         if offset > 0:
             sql += f" OFFSET {int(offset)}"
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(sql, params).fetchall()
         return [to_memory(r) for r in rows]
 
     def count(self, namespace: str, filter: FilterSpec) -> int:
         params: dict[str, Any] = {"ns": namespace}
         cond = where(filter, params)
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             r = conn.execute(
                 f"SELECT count(*) FROM memories WHERE namespace = %(ns)s AND {cond}", params
             ).fetchone()
         return int(r[0]) if r else 0
 
     def list_namespaces(self) -> builtins.list[str]:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(
                 "SELECT DISTINCT namespace FROM memories ORDER BY namespace"
             ).fetchall()
         return [r[0] for r in rows]
 
     def namespace_activity(self, now: int) -> builtins.list[tuple[str, int, int]]:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(
                 f"SELECT namespace, count(*), max(created_at) FROM memories WHERE {LIVE_AT} "
                 "GROUP BY namespace ORDER BY namespace",
@@ -582,7 +489,7 @@ class PgEngine:
         return [(r[0], int(r[1]), int(r[2])) for r in rows]
 
     def active_by_tier(self, now: int) -> builtins.list[tuple[str, int]]:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(
                 f"SELECT tier, count(*) FROM memories WHERE {LIVE_AT} GROUP BY tier",
                 {"ref": now},
@@ -595,7 +502,7 @@ class PgEngine:
         ``namespaces`` with per-tier counts, ``bytes_on_disk``: the table with its indexes,
         ``keyword_docs``, ``vector_graphs``: the one HNSW index), plus ``backend`` and the
         ``url`` (without its password)."""
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             rows = conn.execute(
                 "SELECT namespace, tier, count(*), count(embedding) FROM memories "
                 "GROUP BY namespace, tier ORDER BY namespace, tier"
@@ -633,7 +540,7 @@ class PgEngine:
             with self._p.pool.connection() as conn:
                 conn.execute("VACUUM (ANALYZE) memories")
         except psycopg.Error as e:
-            raise _translate(e) from None
+            raise translate(e) from None
 
     def backup(self, path: str) -> None:
         """Copy the whole store (memories, vectors, links, keys, events, settings) into a
@@ -646,100 +553,57 @@ class PgEngine:
 
     # ------------------------------------------------------------------ search
 
-    def _nearest(
-        self,
-        conn: Conn,
-        namespace: str,
-        q: npt.NDArray[np.float32],
-        spec: FilterSpec,
-        k: int,
-        tiers: builtins.list[str] | None = None,
+    def _ranked(
+        self, q: npt.NDArray[np.float32], rows: builtins.list[tuple[Any, ...]], k: int
     ) -> builtins.list[tuple[tuple[Any, ...], float]]:
-        """The ``k`` nearest rows passing the filter, (row, score) best first, ties by id.
-
-        The graph is asked for ``_OVERFETCH * k`` candidates (at least 40), rescored
-        exactly, and the best ``k`` kept: an approximate walk's misses near the top are
-        mostly found a little further down. A walk that yields fewer than ``k`` rows (a
-        filter passing few rows) reruns as an exact scan.
-        """
-        fetch = max(_OVERFETCH * k, 40)
-        params: dict[str, Any] = {"ns": namespace, "q": q, "k": fetch}
-        cond = where(spec, params, tiers)
-        op = OPERATORS[self._metric]
-        sql = (
-            f"SELECT {SELECT}, embedding FROM memories WHERE namespace = %(ns)s "
-            f"AND embedding IS NOT NULL AND {cond} ORDER BY {{}} LIMIT %(k)s"
-        )
-        rows: builtins.list[tuple[Any, ...]] = []
-        if self._dims <= HNSW_MAX_DIMS:
-            ef = max(self._breadth, fetch)
-            if _selective(spec, tiers):  # the walk skips rows: a wider beam keeps recall
-                ef *= _FILTERED_BEAM
-            ef = min(ef, _MAX_EF_SEARCH)
-            conn.execute(
-                f"SET LOCAL hnsw.iterative_scan = strict_order; SET LOCAL hnsw.ef_search = {ef}"
-            )
-            rows = conn.execute(sql.format(f"embedding {op} %(q)s"), params, binary=True).fetchall()
-        if len(rows) < k:  # a selective filter: scan exactly ("+ 0" keeps the index off)
-            params["k"] = k
-            exact = sql.format(f"(embedding {op} %(q)s) + 0")
-            rows = conn.execute(exact, params, binary=True).fetchall()
-        if not rows:
+        """A vector statement's answer (its exact rows when the exact scan ran, else the
+        walk's), each rescored exactly, best first, ties by id, at most ``k``."""
+        exact = [r[1:] for r in rows if r[0]]
+        hits = exact or [r[1:] for r in rows]
+        if not hits:
             return []
-        vectors = np.stack([r[-1].to_numpy() for r in rows]).astype(np.float32)
-        scores = _core.vector_scores(self._metric, q, vectors)  # the embedded store's rule
-        return sorted(zip(rows, scores, strict=True), key=lambda t: (-t[1], t[0][0]))[:k]
+        scores = _core.vector_scores(self._metric, q, np.stack([r[-1] for r in hits]))
+        return sorted(zip(hits, scores, strict=True), key=lambda t: (-t[1], t[0][0]))[:k]
+
+    def _vector_statement(
+        self, conn: Conn, namespace: str, spec: FilterSpec, k: int
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement of a vector search and its parameters but the vector, the session
+        set for its walk."""
+        graph, ef = self._sizes.plan(conn, namespace, spec, None, k, self._breadth)
+        if graph:
+            use_ef_search(conn, ef)
+        params: dict[str, Any] = {"ns": namespace, "graph": graph}
+        cond = where(spec, params)
+        return vector_sql(self._metric, self._dims, cond, k), params
 
     def vector_search(
         self, namespace: str, vector: npt.NDArray[np.float32], filter: FilterSpec, k: int
     ) -> builtins.list[Scored]:
-        with self._p.tx() as conn:
-            hits = self._nearest(conn, namespace, vector, filter, k)
-        return [Scored(to_memory(r[:-1]), s) for r, s in hits]
+        with self._p.read() as conn:
+            sql, params = self._vector_statement(conn, namespace, filter, k)
+            params["q"] = vector
+            rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+        return [Scored(to_memory(r), s) for r, s in self._ranked(vector, rows, k)]
 
     def vector_search_many(
         self, namespace: str, vectors: npt.NDArray[np.float32], filter: FilterSpec, k: int
     ) -> builtins.list[builtins.list[Scored]]:
-        with self._p.tx() as conn:
-            return [
-                [
-                    Scored(to_memory(r[:-1]), s)
-                    for r, s in self._nearest(conn, namespace, q, filter, k)
-                ]
-                for q in vectors
-            ]
-
-    def _keyword(
-        self,
-        conn: Conn,
-        namespace: str,
-        query: str,
-        spec: FilterSpec,
-        k: int,
-        tiers: builtins.list[str] | None = None,
-    ) -> builtins.list[tuple[tuple[Any, ...], float]]:
-        words = query_words(query)
-        if not words:
+        """One statement per query, sent together (one round trip)."""
+        if len(vectors) == 0:
             return []
-        params: dict[str, Any] = {"ns": namespace, "tsq": " | ".join(words), "k": k}
-        cond = where(spec, params, tiers)
-        english = f"to_tsquery('{_TS_CONFIG}', %(tsq)s)"
-        # a query of stopwords alone (empty in the english configuration) searches its words
-        # as they are, unindexed (as the embedded store keeps them when nothing else is left)
-        plain = (
-            "to_tsvector('simple', content || ' ' || summary || ' ' || array_to_string(tags, ' '))"
-        )
-        rows = conn.execute(
-            f"(SELECT {SELECT}, ts_rank(words, {english})::float8 AS rank FROM memories "
-            f"WHERE numnode({english}) > 0 AND namespace = %(ns)s AND words @@ {english} "
-            f"AND {cond} ORDER BY rank DESC, id LIMIT %(k)s) UNION ALL "
-            f"(SELECT {SELECT}, ts_rank({plain}, to_tsquery('simple', %(tsq)s))::float8 AS rank "
-            f"FROM memories WHERE numnode({english}) = 0 AND namespace = %(ns)s "
-            f"AND {plain} @@ to_tsquery('simple', %(tsq)s) AND {cond} "
-            "ORDER BY rank DESC, id LIMIT %(k)s)",
-            params,
-        ).fetchall()
-        return [(r[:-1], float(r[-1])) for r in rows]
+        with self._p.read() as conn:
+            sql, params = self._vector_statement(conn, namespace, filter, k)
+            with conn.pipeline():
+                cursors = [
+                    conn.execute(sql, {**params, "q": q}, binary=True, prepare=True)
+                    for q in vectors
+                ]
+            found = [c.fetchall() for c in cursors]
+        return [
+            [Scored(to_memory(r), s) for r, s in self._ranked(q, rows, k)]
+            for q, rows in zip(vectors, found, strict=True)
+        ]
 
     def keyword_search(
         self, namespace: str, query: str, filter: FilterSpec, k: int
@@ -748,9 +612,14 @@ class PgEngine:
         accent-folded) OR-ed, English stemming and stopwords (the ``english``
         configuration), ranked by ``ts_rank`` (term frequency in the row, no corpus-wide
         inverse document frequency and no length normalisation, unlike BM25)."""
-        with self._p.tx() as conn:
-            hits = self._keyword(conn, namespace, query, filter, k)
-        return [Scored(to_memory(r), s) for r, s in hits]
+        words = query_words(query)
+        if not words:
+            return []
+        params: dict[str, Any] = {"ns": namespace, "tsq": " | ".join(words)}
+        sql = keyword_sql(where(filter, params), k)
+        with self._p.read() as conn:
+            rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+        return [Scored(to_memory(r), float(r[-1])) for r in rows]
 
     def recall(
         self,
@@ -766,79 +635,173 @@ class PgEngine:
         quality: bool,
         dedup: bool,
     ) -> builtins.list[Recalled]:
-        """Both legs per source namespace in one snapshot, then the core's fusion rule
-        (`memini._core.fuse`, the one the embedded recall runs)."""
-        rows: dict[str, tuple[Any, ...]] = {}
-        vleg: builtins.list[tuple[str, float, int]] = []
-        kleg: builtins.list[tuple[str, float, int]] = []
+        """Both legs of every source and the candidates' timeline neighbours in one
+        statement (one snapshot), the core's fusion rule (`memini._core.fuse`, the one the
+        embedded recall runs), then the full rows of the final ``k`` in a second statement.
+        A final row deleted between the two makes the recall run again (up to
+        `_RECALL_ATTEMPTS` times; then it is left out)."""
         seen: set[str] = set()
-        with self._p.tx() as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            for i, (ns, tiers) in enumerate(sources):
-                if ns in seen:
-                    continue
+        uniq: builtins.list[tuple[int, str, builtins.list[str] | None]] = []
+        for i, (ns, tiers) in enumerate(sources):  # a repeated namespace counts once
+            if ns not in seen:
                 seen.add(ns)
-                if vector is not None:
-                    for r, s in self._nearest(conn, ns, vector, filter, pool, tiers):
-                        rows[r[0]] = r[:-1]
-                        vleg.append((r[0], s, i))
-                if query.strip():
-                    for r, s in self._keyword(conn, ns, query, filter, pool, tiers):
-                        rows[r[0]] = r
-                        kleg.append((r[0], s, i))
-            ids = builtins.list(rows)
-            neighbours = self._neighbours(conn, ids) if context > 0 and vleg and kleg else {}
-        index = {id_: n for n, id_ in enumerate(ids)}
+                uniq.append((i, ns, tiers))
+        words = query_words(query) if query.strip() else []
+        tsq = " | ".join(words) if words else None
+        if vector is None and tsq is None:
+            return []
+        found: builtins.list[Recalled] = []
+        for _ in range(_RECALL_ATTEMPTS):
+            with self._p.read() as conn:
+                order, cands = self._fuse(
+                    conn,
+                    uniq,
+                    tsq,
+                    vector,
+                    filter,
+                    k,
+                    pool,
+                    (fusion, fusion_param, context, quality, dedup),
+                )
+                ids = [cands[n][0] for n, *_ in order]
+                full = {
+                    r[0]: r
+                    for r in conn.execute(
+                        _BY_IDS, {"ids": ids}, binary=True, prepare=True
+                    ).fetchall()
+                }
+            found = [
+                Recalled(
+                    memory=to_memory(full[cands[n][0]]),
+                    score=score,
+                    vector_score=vs,
+                    keyword_score=ks,
+                    via=sources[src][0],
+                )
+                for n, score, vs, ks, src in order
+                if cands[n][0] in full
+            ]
+            if len(found) == len(order):
+                break
+        return found
+
+    def _fuse(
+        self,
+        conn: Conn,
+        uniq: builtins.list[tuple[int, str, builtins.list[str] | None]],
+        tsq: str | None,
+        vector: npt.NDArray[np.float32] | None,
+        spec: FilterSpec,
+        k: int,
+        pool: int,
+        rule: tuple[Literal["convex", "rrf"], float, float, bool, bool],
+    ) -> tuple[
+        builtins.list[tuple[int, float, float | None, float | None, int]],
+        builtins.list[tuple[Any, ...]],
+    ]:
+        """Recall's first statement and the fusion: the final order and the candidates."""
+        fusion, fusion_param, context, quality, dedup = rule
+        graph = None
+        if vector is not None:
+            plans = [
+                self._sizes.plan(conn, ns, spec, tiers, pool, self._breadth)
+                for _, ns, tiers in uniq
+            ]
+            graph = [g for g, _ in plans]
+            if walks := [ef for g, ef in plans if g]:
+                use_ef_search(conn, max(walks))
+        neighbours = context > 0 and vector is not None and tsq is not None
+        sql, params = recall_sql(
+            self._metric,
+            self._dims,
+            spec,
+            [(ns, tiers) for _, ns, tiers in uniq],
+            graph,
+            tsq,
+            pool,
+            neighbours,
+        )
+        params["q"] = vector
+        rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+        # per source: the exact scan's rows when it ran, else the walk's; the keyword rows
+        width = len(STANDING)
+        vrows: dict[int, builtins.list[tuple[Any, ...]]] = {}
+        exact: set[int] = set()
+        krows: dict[int, builtins.list[tuple[Any, ...]]] = {}
+        for r in rows:
+            leg, src = r[0], r[1]
+            if leg == "k":
+                krows.setdefault(src, []).append(r)
+            else:
+                if leg == "e" and src not in exact:
+                    exact.add(src)
+                    vrows[src] = []
+                if leg == "e" or src not in exact:
+                    vrows.setdefault(src, []).append(r)
+        vscores: dict[int, builtins.list[float]] = {}
+        if vector is not None and vrows:
+            flat = [r for src in sorted(vrows) for r in vrows[src]]
+            scores = _core.vector_scores(
+                self._metric, vector, np.stack([r[2 + width] for r in flat])
+            )
+            at = 0
+            for src in sorted(vrows):
+                vscores[src] = scores[at : at + len(vrows[src])]
+                at += len(vrows[src])
+        index: dict[str, int] = {}
+        cands: builtins.list[tuple[Any, ...]] = []
+        links: builtins.list[tuple[str | None, str | None]] = []
+        vleg: builtins.list[tuple[int, float, int]] = []
+        kleg: builtins.list[tuple[int, float, int]] = []
+
+        def add(r: tuple[Any, ...]) -> int:
+            n = index.get(r[2])
+            if n is None:
+                n = index[r[2]] = len(cands)
+                cands.append(r[2 : 2 + width])
+                links.append((r[-2], r[-1]) if neighbours else (None, None))
+            return n
+
+        for pos, (i, _, _) in enumerate(uniq):
+            ranked = sorted(
+                zip(vrows.get(pos, []), vscores.get(pos, []), strict=True),
+                key=lambda t: (-t[1], t[0][2]),
+            )
+            vleg += [(add(r), s, i) for r, s in ranked]
+            hits = sorted(krows.get(pos, []), key=lambda r: (-r[3 + width], r[2]))
+            kleg += [(add(r), float(r[3 + width]), i) for r in hits]
+        use = neighbours and bool(vleg) and bool(kleg)
 
         def near(id_: str | None) -> int | None:
-            return None if id_ is None else index.get(id_)
+            return None if id_ is None or not use else index.get(id_)
 
-        cands = []
-        for id_ in ids:
-            r = rows[id_]
-            prev, nxt = neighbours.get(id_, (None, None))
-            # id, tier, importance, confidence, updated_at, last_accessed_at, access_count
-            standing = (id_, r[3], float(r[8]), r[17], int(r[10]), int(r[11]), int(r[12]))
-            cands.append((*standing, near(prev), near(nxt), fingerprint(r[2])))
         order = _core.fuse(
-            cands,
-            [(index[i], s, src) for i, s, src in vleg],
-            [(index[i], s, src) for i, s, src in kleg],
+            [
+                (
+                    c[0],
+                    c[1],
+                    float(c[2]),
+                    c[3],
+                    int(c[4]),
+                    int(c[5]),
+                    int(c[6]),
+                    near(prev),
+                    near(nxt),
+                    c[7],
+                )
+                for c, (prev, nxt) in zip(cands, links, strict=True)
+            ],
+            vleg,
+            kleg,
             fusion,
             fusion_param,
             context,
             quality,
-            filter["now"],
+            spec["now"],
             dedup,
             k,
         )
-        return [
-            Recalled(
-                memory=to_memory(rows[ids[n]]),
-                score=score,
-                vector_score=vs,
-                keyword_score=ks,
-                via=sources[src][0],
-            )
-            for n, score, vs, ks, src in order
-        ]
-
-    def _neighbours(
-        self, conn: Conn, ids: builtins.list[str]
-    ) -> dict[str, tuple[str | None, str | None]]:
-        """Each row's timeline neighbours in its namespace (created_at, then storage order)."""
-        rows = conn.execute(
-            "SELECT c.id, "
-            "(SELECT m.id FROM memories m WHERE m.namespace = c.namespace AND "
-            "(m.created_at, m.seq) < (c.created_at, c.seq) "
-            "ORDER BY m.created_at DESC, m.seq DESC LIMIT 1), "
-            "(SELECT m.id FROM memories m WHERE m.namespace = c.namespace AND "
-            "(m.created_at, m.seq) > (c.created_at, c.seq) "
-            "ORDER BY m.created_at, m.seq LIMIT 1) "
-            "FROM memories c WHERE c.id = ANY(%s)",
-            (ids,),
-        ).fetchall()
-        return {r[0]: (r[1], r[2]) for r in rows}
+        return order, cands
 
 
 class PgMeta:
@@ -848,7 +811,7 @@ class PgMeta:
     path = None
     shared = True  # any number of processes and servers write the same database
 
-    def __init__(self, pool: _Pool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self._p = pool
 
     @property
@@ -859,11 +822,11 @@ class PgMeta:
         self._p.close()
 
     def ping(self) -> None:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             conn.execute("SELECT 1")
 
     def stats(self) -> dict[str, Any]:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             counts = {
                 t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index]
                 for t in ("links", "api_keys", "events")
@@ -884,7 +847,7 @@ class PgMeta:
             with self._p.pool.connection() as conn:
                 conn.execute("VACUUM (ANALYZE) events")
         except psycopg.Error as e:
-            raise _translate(e) from None
+            raise translate(e) from None
 
     def put_link(self, link: NamespaceLink) -> None:
         with self._p.tx() as conn:
@@ -892,7 +855,7 @@ class PgMeta:
 
     def delete_link(self, src: str, dst: str) -> bool:
         src, dst = check_text(src, "src"), check_text(dst, "dst")
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return (
                 conn.execute("DELETE FROM links WHERE src = %s AND dst = %s", (src, dst)).rowcount
                 > 0
@@ -900,11 +863,11 @@ class PgMeta:
 
     def list_links(self, src: str) -> builtins.list[NamespaceLink]:
         src = check_text(src, "src")
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return _meta.list_links(conn, src)
 
     def list_all_links(self) -> builtins.list[NamespaceLink]:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return _meta.list_links(conn, None)
 
     def rename_link_endpoints(self, from_ns: str, to_ns: str) -> None:
@@ -916,7 +879,7 @@ class PgMeta:
 
     def delete_links_of_namespace(self, namespace: str) -> int:
         namespace = check_text(namespace, "namespace")
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return _meta.delete_links_of_namespace(conn, namespace)
 
     def put_api_key(self, key: APIKey) -> None:
@@ -933,16 +896,16 @@ class PgMeta:
 
     def delete_api_key(self, name: str) -> bool:
         name = check_text(name, "name")
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return conn.execute("DELETE FROM api_keys WHERE name = %s", (name,)).rowcount > 0
 
     def list_api_keys(self) -> builtins.list[APIKey]:
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return _meta.list_api_keys(conn)
 
     def get_api_key_by_hash(self, hash: str) -> APIKey | None:
         hash = check_key_hash(hash, "hash", lookup=True)
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return _meta.get_api_key_by_hash(conn, hash)
 
     def rename_api_key_namespaces(self, from_ns: str, to_ns: str) -> None:
@@ -969,7 +932,7 @@ class PgMeta:
 
     def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]:
         q = ev.prepare_filter(filter)
-        with self._p.tx() as conn:
+        with self._p.read() as conn:
             return _meta.list_events(conn, q)
 
     def prune_events(self, older_than: datetime | None = None, keep_max: int = 0) -> int:

@@ -49,7 +49,7 @@ def snapshot_to_directory(conn: psycopg.Connection[Any], path: str, dims: int, m
                 memories = []
                 for r in batch:
                     m = to_memory(r[:-1])
-                    m.embedding = None if r[-1] is None else r[-1].to_numpy()
+                    m.embedding = r[-1]
                     memories.append(m)
                 dest.upsert_many(memories)
         for link in _meta.list_links(conn, None):

@@ -1,0 +1,176 @@
+"""The connections of a PostgreSQL store: the pool, the session each connection runs, the
+error translation.
+
+Every connection is in autocommit mode, so a call that is one statement costs one round trip
+(no ``BEGIN``/``COMMIT`` around it: `Pool.read`); a call that needs several statements in one
+transaction takes `Pool.tx`.
+
+Each connection's session is set once, when it opens (`_configure`):
+
+- ``plan_cache_mode = force_generic_plan``: a statement memini prepares is planned once per
+  connection, never re-planned per call. Only the search statements are prepared (psycopg's
+  automatic preparation is off), and their SQL fixes the plan they get: which index a search
+  uses is decided by the statement memini chooses (`memini.postgres._search`), not by the
+  planner's guess about one call's values (the per-call plans of earlier versions picked a
+  sequential scan for some keyword queries, at twice the cost).
+- ``hnsw.iterative_scan = relaxed_order``: a filtered graph walk goes on until it finds
+  enough rows; the order it returns them in does not matter, as every hit is rescored.
+- ``hnsw.ef_search`` differs between calls (it follows ``k`` and the filter), so `Conn`
+  remembers its session's value and `use_ef_search` sets it only when a call needs another.
+
+Vectors travel in pgvector's binary format and load straight into float32 numpy arrays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Any, Final
+
+import numpy as np
+import psycopg
+import psycopg_pool
+from psycopg import pq
+from psycopg.adapt import Dumper, Loader
+from psycopg.types import TypeInfo
+
+from memini.errors import InvalidArgumentError, MeminiError, StoreClosedError, UnavailableError
+from memini.postgres._rows import register_text_codec
+
+__all__ = ["Conn", "Pool", "translate", "use_ef_search"]
+
+_POOL_MAX: Final = 16
+DEFAULT_EF_SEARCH: Final = 64
+"""``hnsw.ef_search`` of a new session: the default search breadth."""
+_SESSION: Final = (
+    "SET plan_cache_mode = force_generic_plan; "
+    "SET hnsw.iterative_scan = relaxed_order; "
+    f"SET hnsw.ef_search = {DEFAULT_EF_SEARCH}"
+)
+
+
+class Conn(psycopg.Connection[Any]):
+    """A pooled connection that knows its session's ``hnsw.ef_search``."""
+
+    ef_search: int = DEFAULT_EF_SEARCH
+
+
+def use_ef_search(conn: Conn, ef: int) -> None:
+    """Set the session's ``hnsw.ef_search`` to ``ef`` unless it is already (outside a
+    transaction: a rollback would undo the setting behind the connection's back)."""
+    if conn.ef_search != ef:
+        conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+        conn.ef_search = ef
+
+
+_HEAD: Final = struct.Struct(">HH")
+
+
+class _VectorLoader(Loader):
+    """pgvector's binary ``vector`` (uint16 dims, uint16 unused, big-endian float4s) as a
+    float32 array."""
+
+    format = pq.Format.BINARY
+
+    def load(self, data: Any) -> np.ndarray[Any, np.dtype[np.float32]]:
+        dims = _HEAD.unpack_from(data)[0]
+        return np.frombuffer(data, ">f4", dims, 4).astype(np.float32)
+
+
+class _VectorDumper(Dumper):
+    """A float32 array as pgvector's binary ``vector``."""
+
+    format = pq.Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        return _HEAD.pack(len(obj), 0) + np.asarray(obj, ">f4").tobytes()
+
+
+def _register_vector(conn: Conn) -> None:
+    info = TypeInfo.fetch(conn, "vector")
+    if info is None:  # the migration creates the extension before any pool opens
+        raise MeminiError("PostgreSQL: the vector type is missing (CREATE EXTENSION vector)")
+    info.register(conn)  # vector[] too
+    dumper = type("_Vector", (_VectorDumper,), {"oid": info.oid})
+    conn.adapters.register_dumper(np.ndarray, dumper)
+    conn.adapters.register_loader(info.oid, _VectorLoader)
+
+
+def _configure(conn: Conn) -> None:
+    conn.prepare_threshold = None  # only what memini prepares itself (see the module docs)
+    _register_vector(conn)
+    register_text_codec(conn)
+    conn.execute(_SESSION)
+
+
+def translate(exc: psycopg.Error | psycopg_pool.PoolTimeout) -> MeminiError:
+    """The memini error for a psycopg exception."""
+    if isinstance(exc, psycopg.errors.ProgramLimitExceeded):  # e.g. an id too long to index
+        return InvalidArgumentError(f"a value is too large for PostgreSQL: {exc}")
+    if isinstance(exc, psycopg_pool.PoolTimeout | psycopg.OperationalError):
+        return UnavailableError(f"PostgreSQL cannot be reached: {exc}")
+    if isinstance(exc, psycopg.DataError):
+        return InvalidArgumentError(f"PostgreSQL refused a value: {exc}")
+    return MeminiError(f"PostgreSQL: {exc}")
+
+
+class Pool:
+    """The shared connection pool of a store's two halves, and their transaction helpers."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
+            url,
+            connection_class=Conn,
+            min_size=1,
+            max_size=_POOL_MAX,
+            kwargs={"autocommit": True},
+            configure=_configure,
+            open=False,
+            name="memini",
+        )
+        self.closed = False
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+
+    def open(self) -> None:
+        try:
+            self.pool.open(wait=True, timeout=30.0)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            raise translate(e) from None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Conn]:
+        """A connection outside any transaction: each statement commits on its own."""
+        with self._errors(), self.pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[Conn]:
+        """A connection inside one transaction (READ COMMITTED), committed at the end."""
+        with self._errors(), self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        if self.closed or os.getpid() != self.pid:
+            raise StoreClosedError("store is closed")
+        try:
+            yield
+        except psycopg_pool.PoolClosed:  # closed by another thread meanwhile
+            raise StoreClosedError("store is closed") from None
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            if self.closed:
+                raise StoreClosedError("store is closed") from None
+            raise translate(e) from None
+
+    def close(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        if os.getpid() == self.pid:
+            self.pool.close()

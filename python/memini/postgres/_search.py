@@ -1,0 +1,346 @@
+"""The search statements of a PostgreSQL store: one round trip a call, plans that keep the
+indexes, and the choice between the HNSW graph and an exact scan.
+
+Every search is one prepared statement (see `memini.postgres._pool` for the session: generic
+plans, relaxed iterative scans), built per filter shape with ``k`` written into its text:
+
+- **vector**: a graph walk and an exact scan in one statement. The walk (the ``g`` CTE)
+  orders by distance through the HNSW index with the whole filter wrapped in ``CASE WHEN
+  ... THEN true ELSE false END``: no other index can serve that condition and the planner
+  takes it as passing half the rows, so the generic plan is the HNSW scan whatever the
+  filter (written plainly, a tag filter's generic plan sorts the GIN index's rows
+  instead). The exact scan orders by ``distance + 0`` (no index gives that order) with the
+  filter written plainly, so the planner reads the rows through the GIN (tags, metadata) or
+  namespace index. It runs when the client asks for it (``graph`` false) or when the walk
+  found fewer than ``k`` rows (a filter passing few rows), so a search returns exactly
+  ``min(k, matching rows with a vector)``.
+- **keyword**: full-text match through the GIN index on ``words``, ranked by ``ts_rank``.
+- **recall**: both legs of every source namespace and the candidates' timeline neighbours in
+  one statement, returning only what the fusion needs (the candidates' standing columns and
+  the vector leg's vectors); a second statement reads the full rows of the final ``k``.
+
+`Sizes` chooses between the walk and the exact scan from PostgreSQL's own planner
+statistics (row count, namespace and tag frequencies), refreshed at most every
+`REFRESH_SECONDS`: the exact scan when the rows it reads cost less than the walk the filter
+needs, whose breadth (``hnsw.ef_search``) grows as the filter passes fewer rows so that the
+walk's recall stays that of an unfiltered search.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from memini.postgres._filter import where
+from memini.postgres._rows import SELECT
+from memini.postgres._schema import HNSW_MAX_DIMS, OPERATORS
+
+if TYPE_CHECKING:
+    from memini._core import FilterSpec
+    from memini.postgres._pool import Conn
+
+__all__ = [
+    "MAX_EF_SEARCH",
+    "REFRESH_SECONDS",
+    "STANDING",
+    "Sizes",
+    "keyword_sql",
+    "recall_sql",
+    "vector_sql",
+]
+
+MAX_EF_SEARCH: Final = 1000
+"""pgvector's largest ``hnsw.ef_search``."""
+REFRESH_SECONDS: Final = 60.0
+"""The age at which `Sizes` reads the planner statistics again."""
+# The cost of a graph walk per unit of ef_search, in rows an exact scan reads for the same
+# time (measured with benches/bench_postgres.py: an unfiltered walk at ef_search 64 costs
+# what an exact scan of ~800 rows does)
+_WALK_COST: Final = 12.0
+_TS_CONFIG: Final = "english"
+_FTS: Final = f"to_tsquery('{_TS_CONFIG}', %(tsq)s)"
+# a query of stopwords alone (empty in the english configuration) searches its words as
+# they are, unindexed (as the embedded store keeps them when nothing else is left)
+_PLAIN_DOC: Final = (
+    "to_tsvector('simple', content || ' ' || summary || ' ' || array_to_string(tags, ' '))"
+)
+_PLAIN_Q: Final = "to_tsquery('simple', %(tsq)s)"
+
+STANDING: Final = (
+    "id",
+    "tier",
+    "importance",
+    "confidence",
+    "updated_at",
+    "last_accessed_at",
+    "access_count",
+    "fingerprint",
+)
+"""The columns recall's fusion ranks a candidate by (`memini._core.fuse`), in its order."""
+_STANDING: Final = ", ".join(STANDING)
+
+
+def _opaque(cond: str) -> str:
+    """``cond`` in a form no index serves and the planner estimates at one half."""
+    return f"CASE WHEN {cond} THEN true ELSE false END"
+
+
+def _vector_ctes(
+    name: str, op: str, cols: str, cond: str, k: int, graph: str, graphs: bool
+) -> tuple[str, str]:
+    """The graph walk (``{name}g``) and exact scan of one vector search, as CTEs, and the
+    SELECT of their rows with a leading ``exact`` flag.
+
+    Args:
+        name: A prefix naming the CTEs.
+        op: The pgvector distance operator.
+        cols: The columns to return.
+        cond: The condition over ``memories`` (namespace included).
+        k: How many rows.
+        graph: The SQL of the boolean choosing the walk (a parameter).
+        graphs: Whether the store has an HNSW index at all.
+    """
+    exact = (
+        f"{name}e AS MATERIALIZED (SELECT {cols} FROM memories WHERE "
+        + (f"(NOT {graph} OR (SELECT count(*) FROM {name}g) < {k}) AND " if graphs else "")
+        + f"{cond} ORDER BY (embedding {op} %(q)s) + 0, id LIMIT {k})"
+    )
+    if not graphs:
+        return exact, f"SELECT true, * FROM {name}e"
+    walk = (
+        f"{name}g AS MATERIALIZED (SELECT {cols} FROM memories WHERE {graph} AND "
+        f"{_opaque(cond)} ORDER BY embedding {op} %(q)s LIMIT {k})"
+    )
+    return f"{walk}, {exact}", f"SELECT false, * FROM {name}g UNION ALL SELECT true, * FROM {name}e"
+
+
+def vector_sql(metric: str, dims: int, cond: str, k: int) -> str:
+    """The vector search of one namespace (``%(ns)s``, ``%(q)s``, ``%(graph)s`` and the
+    filter's parameters): rows of ``SELECT`` plus the vector, each led by its ``exact``
+    flag; the exact rows are the answer when there are any."""
+    cols = f"{SELECT}, embedding"
+    ctes, rows = _vector_ctes(
+        "",
+        OPERATORS[metric],
+        cols,
+        f"namespace = %(ns)s AND embedding IS NOT NULL AND {cond}",
+        k,
+        "%(graph)s",
+        dims <= HNSW_MAX_DIMS,
+    )
+    return f"WITH {ctes} {rows}"
+
+
+def _keyword_select(cols: str, cond: str, k: int) -> str:
+    """The keyword leg over ``cond`` (namespace included): ``cols`` plus the rank, best first."""
+    return (
+        f"(SELECT {cols}, ts_rank(words, {_FTS})::float8 AS rank FROM memories "
+        f"WHERE numnode({_FTS}) > 0 AND words @@ {_FTS} AND {cond} "
+        f"ORDER BY rank DESC, id LIMIT {k}) UNION ALL "
+        f"(SELECT {cols}, ts_rank({_PLAIN_DOC}, {_PLAIN_Q})::float8 AS rank FROM memories "
+        f"WHERE numnode({_FTS}) = 0 AND {_PLAIN_DOC} @@ {_PLAIN_Q} AND {cond} "
+        f"ORDER BY rank DESC, id LIMIT {k})"
+    )
+
+
+def keyword_sql(cond: str, k: int) -> str:
+    """The keyword search of one namespace (``%(ns)s``, ``%(tsq)s``, the filter's
+    parameters): rows of ``SELECT`` plus the rank, best first."""
+    return _keyword_select(SELECT, f"namespace = %(ns)s AND {cond}", k)
+
+
+def recall_sql(
+    metric: str,
+    dims: int,
+    spec: FilterSpec,
+    sources: Sequence[tuple[str, list[str] | None]],
+    graph: Sequence[bool] | None,
+    tsq: str | None,
+    pool: int,
+    context: bool,
+) -> tuple[str, dict[str, Any]]:
+    """Recall's first statement: every leg of every source and the timeline neighbours.
+
+    Args:
+        metric: The store's metric.
+        dims: The store's dims.
+        spec: The filter (the same for every source).
+        sources: (namespace, the tiers it may contribute or None for all), each namespace once.
+        graph: Per source, whether its vector leg walks the graph; None: no vector leg.
+        tsq: The keyword leg's ``to_tsquery`` text; None: no keyword leg.
+        pool: Candidates per leg and source.
+        context: Whether to add each candidate's timeline neighbours.
+
+    Returns:
+        The SQL and its parameters (``%(q)s``, the vector, is left to the caller). Its rows:
+        ``leg`` ('v' graph, 'e' exact, 'k' keyword), source index, the `STANDING` columns,
+        the vector ('v'/'e' rows), the keyword rank ('k' rows), then with ``context`` the
+        previous and next ids in the namespace's timeline.
+    """
+    params: dict[str, Any] = {}
+    cond = where(spec, params)
+    ctes: list[str] = []
+    legs: list[str] = []
+    for i, (ns, tiers) in enumerate(sources):
+        params[f"ns{i}"] = ns
+        scond = f"namespace = %(ns{i})s AND {cond}"
+        if tiers is not None:
+            params[f"tiers{i}"] = tiers
+            scond += f" AND tier = ANY(%(tiers{i})s::text[])"
+        if graph is not None:
+            params[f"graph{i}"] = graph[i]
+            cols = f"{_STANDING}, namespace, created_at, seq, embedding, NULL::float8 AS rank"
+            c, rows = _vector_ctes(
+                f"v{i}",
+                OPERATORS[metric],
+                cols,
+                f"embedding IS NOT NULL AND {scond}",
+                pool,
+                f"%(graph{i})s",
+                dims <= HNSW_MAX_DIMS,
+            )
+            ctes.append(c)
+            legs.append(
+                f"SELECT CASE WHEN x THEN 'e' ELSE 'v' END AS leg, {i} AS src, "
+                f"{_STANDING}, namespace, created_at, seq, embedding, rank "
+                f"FROM ({rows}) v{i}(x, {_STANDING}, namespace, created_at, seq, embedding, rank)"
+            )
+        if tsq is not None:
+            cols = f"{_STANDING}, namespace, created_at, seq, NULL::vector AS embedding"
+            ctes.append(f"k{i} AS MATERIALIZED ({_keyword_select(cols, scond, pool)})")
+            legs.append(
+                f"SELECT 'k' AS leg, {i} AS src, {_STANDING}, namespace, created_at, seq, "
+                f"embedding, rank FROM k{i}"
+            )
+    if tsq is not None:
+        params["tsq"] = tsq
+    out = ", ".join(f"l.{c}" for c in STANDING)
+    sql = (
+        f"WITH {', '.join(ctes)}, legs AS ({' UNION ALL '.join(legs)}) "
+        f"SELECT l.leg, l.src, {out}, l.embedding, l.rank"
+    )
+    if not context:
+        return f"{sql} FROM legs l", params
+    return (
+        f"{sql}, p.id, n.id FROM legs l "
+        "LEFT JOIN LATERAL (SELECT m.id FROM memories m WHERE m.namespace = l.namespace AND "
+        "(m.created_at, m.seq) < (l.created_at, l.seq) "
+        "ORDER BY m.created_at DESC, m.seq DESC LIMIT 1) p ON true "
+        "LEFT JOIN LATERAL (SELECT m.id FROM memories m WHERE m.namespace = l.namespace AND "
+        "(m.created_at, m.seq) > (l.created_at, l.seq) "
+        "ORDER BY m.created_at, m.seq LIMIT 1) n ON true"
+    ), params
+
+
+# ------------------------------------------------------------------------------ plan choice
+
+_STATS_SQL: Final = """
+SELECT c.reltuples::float8,
+       (SELECT count(*) FROM (SELECT FROM memories LIMIT 100000) s) AS counted,
+       ns.most_common_vals::text::text[], ns.most_common_freqs, ns.n_distinct, ns.null_frac,
+       tg.most_common_elems::text::text[], tg.most_common_elem_freqs,
+       tr.most_common_vals::text::text[], tr.most_common_freqs
+FROM pg_class c
+LEFT JOIN pg_stats ns ON ns.schemaname = current_schema() AND ns.tablename = 'memories'
+     AND ns.attname = 'namespace'
+LEFT JOIN pg_stats tg ON tg.schemaname = current_schema() AND tg.tablename = 'memories'
+     AND tg.attname = 'tags'
+LEFT JOIN pg_stats tr ON tr.schemaname = current_schema() AND tr.tablename = 'memories'
+     AND tr.attname = 'tier'
+WHERE c.oid = 'memories'::regclass
+"""
+_STATS_COUNTED: Final = _STATS_SQL.replace(
+    "(SELECT count(*) FROM (SELECT FROM memories LIMIT 100000) s)", "NULL::bigint"
+)
+# PostgreSQL's own guess for an array element its statistics do not list (array_selfuncs.c)
+_DEFAULT_CONTAIN_SEL: Final = 0.005
+
+
+@dataclass
+class _Snapshot:
+    at: float = -math.inf
+    rows: float = 0.0
+    ns: dict[str, float] = field(default_factory=dict)  # share of the rows
+    ns_other: float = 1.0  # share of a namespace the statistics do not list
+    tags: dict[str, float] | None = None  # None: no statistics
+    tag_other: float = 1.0
+    tiers: dict[str, float] | None = None
+
+
+class Sizes:
+    """Row-count estimates from PostgreSQL's planner statistics, to choose each vector
+    search's plan (see the module docs). Thread-safe; shared by a store's connections."""
+
+    def __init__(self) -> None:
+        self._snap = _Snapshot()
+        self._lock = threading.Lock()
+
+    def forget(self) -> None:
+        """Read the statistics again at the next search (after a bulk load)."""
+        with self._lock:
+            self._snap = _Snapshot()
+
+    def _snapshot(self, conn: Conn) -> _Snapshot:
+        snap = self._snap
+        if time.monotonic() - snap.at < REFRESH_SECONDS:
+            return snap
+        fresh = _Snapshot(at=time.monotonic())
+        r = conn.execute(_STATS_COUNTED).fetchone()
+        if r is not None and r[0] < 0:  # never analyzed: count (up to a bound) instead
+            r = conn.execute(_STATS_SQL).fetchone()
+        if r is None:
+            return snap
+        reltuples, counted, ns_vals, ns_freqs, ns_distinct, ns_null, tg_vals, tg_freqs = r[:8]
+        tr_vals, tr_freqs = r[8:]
+        fresh.rows = float(counted) if reltuples < 0 else float(reltuples)
+        if ns_distinct is not None:
+            if ns_vals is not None and ns_freqs is not None:
+                fresh.ns = dict(zip(ns_vals, ns_freqs, strict=True))
+            distinct = ns_distinct if ns_distinct >= 0 else -ns_distinct * fresh.rows
+            rest = max(0.0, 1.0 - sum(fresh.ns.values()) - (ns_null or 0.0))
+            fresh.ns_other = rest / max(1.0, distinct - len(fresh.ns))
+        if reltuples >= 0:  # analyzed: a tag without statistics is on no row
+            fresh.tags, fresh.tag_other = {}, 0.0
+            if tg_vals is not None and tg_freqs is not None:
+                fresh.tags = dict(zip(tg_vals, tg_freqs[: len(tg_vals)], strict=True))
+                fresh.tag_other = min(_DEFAULT_CONTAIN_SEL, tg_freqs[len(tg_vals)] / 2)
+            if tr_vals is not None and tr_freqs is not None:
+                fresh.tiers = dict(zip(tr_vals, tr_freqs, strict=True))
+        with self._lock:
+            self._snap = fresh
+        return fresh
+
+    def plan(
+        self,
+        conn: Conn,
+        ns: str,
+        spec: FilterSpec,
+        tiers: list[str] | None,
+        k: int,
+        breadth: int,
+    ) -> tuple[bool, int]:
+        """Whether a vector search of ``ns`` under ``spec`` (and a recall source's
+        ``tiers``) walks the graph, and the ``hnsw.ef_search`` its walk needs.
+
+        The exact scan reads the namespace's rows, or the rows of its rarest tag when that
+        is fewer; the walk needs a breadth of ``max(breadth, k)`` divided by the share of
+        the index's rows the filter passes (at most `MAX_EF_SEARCH`), at `_WALK_COST` rows
+        per unit. The cheaper wins; the exact scan on a tie.
+        """
+        snap = self._snapshot(conn)
+        base = max(breadth, k)
+        share = snap.ns.get(ns, snap.ns_other)
+        exact_rows = share * snap.rows
+        if spec["tags"] and snap.tags is not None:
+            rarest = min(snap.tags.get(t, snap.tag_other) for t in spec["tags"])
+            exact_rows = min(exact_rows, rarest * snap.rows)
+            share *= rarest
+        allowed = [t for t in (spec["tiers"] or tiers or []) if tiers is None or t in tiers]
+        if allowed and snap.tiers is not None:
+            share *= min(1.0, sum(snap.tiers.get(t, 0.0) for t in set(allowed)))
+        ef = min(MAX_EF_SEARCH, max(base, math.ceil(base / max(share, 1e-9))))
+        return exact_rows > _WALK_COST * ef, ef
