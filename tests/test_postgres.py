@@ -11,6 +11,7 @@ contiguous event ids per batch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from memini import (
     StoreClosedError,
     hash_api_key,
 )
+from memini.metrics import NullMetrics
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -352,3 +354,262 @@ def test_two_servers_serve_one_database(pg_url: str) -> None:
     finally:
         for s in servers:
             s.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# large batches (COPY), bulk loads, plans
+
+
+class _Ops(NullMetrics):
+    """Records the op of every upsert a store reports (insert or update)."""
+
+    def __init__(self) -> None:
+        self.ops: list[str] = []
+
+    def upsert(self, op: str, tier: str, memory_type: str) -> None:
+        self.ops.append(op)
+
+
+def _rows_of(s: Store) -> dict[str, Any]:
+    every = Filter(include_expired=True, include_superseded=True)
+    return {
+        m.id: (m, s.get_embedding(m.namespace, m.id))
+        for ns in s.list_namespaces()
+        for m in s.list(ns, every)
+    }
+
+
+def test_large_batches_load_as_sequential_upserts(pg_url: str) -> None:
+    """Batches past the COPY threshold (repeated ids, stored rows, vectors dropped, created_at
+    given or stamped) leave the same rows and report the same inserts and updates as the
+    embedded store."""
+    from memini.postgres._bulk import COPY_MIN
+
+    rng = np.random.default_rng(11)
+    first = [
+        Memory(
+            id=f"m{i}",
+            namespace="n",
+            content=f"stored {i}",
+            created_at=T0,
+            updated_at=T0,
+            last_accessed_at=T0,
+            embedding=[i, 1, 0, 0],
+        )
+        for i in range(10)
+    ]
+    batch = []
+    for j in range(3 * COPY_MIN):
+        i = int(rng.integers(0, 2 * COPY_MIN))  # repeats, and ids stored by `first`
+        batch.append(
+            Memory(
+                id=f"m{i}",
+                namespace="n",
+                content=f"row {j} of {i}",
+                tags=[f"t{j % 3}"],
+                created_at=None if j % 4 else T0 + timedelta(seconds=j),
+                updated_at=T0 + timedelta(seconds=j),
+                last_accessed_at=T0,
+                embedding=None if j % 5 == 0 else rng.standard_normal(4),
+            )
+        )
+    # ids whose first row in the batch had no created_at and that were not stored before:
+    # each store stamps its own "now" on them
+    firsts: dict[str, Memory] = {}
+    for m in batch:
+        firsts.setdefault(m.id, m)
+    stamped = {i for i, m in firsts.items() if m.created_at is None} - {m.id for m in first}
+    started = datetime.now(UTC)
+    stores = []
+    for target in (pg_url, None):
+        ops = _Ops()
+        s = Store.open(target, dims=4, metrics=ops)
+        s.upsert_many(first)
+        s.upsert_many(batch)
+        stores.append((s, ops))
+    (pg, pg_ops), (emb, emb_ops) = stores
+    with pg, emb:
+        assert pg_ops.ops == emb_ops.ops
+        got, want = _rows_of(pg), _rows_of(emb)
+        assert got.keys() == want.keys()
+        for id_, (m, e) in want.items():
+            if id_ in stamped:
+                assert got[id_][0].created_at >= started
+                m = dataclasses.replace(m, created_at=got[id_][0].created_at)
+            assert got[id_][0] == m
+            assert (got[id_][1] is None) == (e is None)
+            if e is not None:
+                assert got[id_][1].tobytes() == e.tobytes()
+
+
+@pytest.mark.parametrize("conflict", ["repeat-in-two-namespaces", "stored-in-other-namespace"])
+def test_a_large_batch_with_a_conflict_writes_nothing(pg_url: str, conflict: str) -> None:
+    from memini import ConflictError
+    from memini.postgres._bulk import COPY_MIN
+
+    with Store.open(pg_url, dims=4) as s:
+        s.upsert(Memory(id="taken", namespace="other", content="x"))
+        batch = [Memory(id=f"m{i}", namespace="n", content="x") for i in range(2 * COPY_MIN)]
+        if conflict == "repeat-in-two-namespaces":
+            batch.insert(COPY_MIN, Memory(id="m3", namespace="elsewhere", content="y"))
+        else:
+            batch.append(Memory(id="taken", namespace="n", content="y"))
+        with pytest.raises(ConflictError, match="m3" if "repeat" in conflict else "taken"):
+            s.upsert_many(batch)
+        assert s.list_namespaces() == ["other"]
+
+
+def _index_defs(url: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url) as c:
+        return sorted(
+            r[0]
+            for r in c.execute(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = 'memories' "
+                "AND schemaname = current_schema()"
+            )
+        )
+
+
+def test_import_into_an_empty_store_builds_the_indexes_once(pg_url: str, tmp_path: Path) -> None:
+    """``memini import`` into an empty PostgreSQL store drops the secondary indexes for the
+    load and builds them again; the rows are searchable through them after."""
+    with Store.open(pg_url, dims=4) as s:
+        indexes = _index_defs(pg_url)
+    src = tmp_path / "src"
+    with Store.open(src, dims=4) as e:
+        _fill(e)
+        before = _snapshot(e)
+    dump = tmp_path / "a.jsonl"
+    assert _memini("export", "--store", str(src), "-o", str(dump)).returncode == 0
+    done = _memini("import", str(dump), "--store", pg_url, "--batch", "4")
+    assert done.returncode == 0, done.stderr
+    assert _index_defs(pg_url) == indexes
+    with Store.open(pg_url) as s:
+        assert _snapshot(s) == before
+        import psycopg
+
+        with psycopg.connect(pg_url) as c:
+            assert c.execute(
+                "SELECT count(*) FROM memini_settings WHERE key = 'deferred_indexes'"
+            ).fetchone() == (0,)
+
+
+LOADER = textwrap.dedent(
+    """
+    import os, sys
+    from memini import Memory, Store
+    with Store.open(sys.argv[1], dims=4) as s:
+        with s._bulk_load() as empty:
+            assert empty
+            s.upsert_many([Memory(id=f"m{i}", namespace="n", content="row",
+                                  embedding=[i, 1, 0, 0]) for i in range(100)])
+            print("loaded", flush=True)
+            os._exit(1)  # dies with the indexes dropped
+    """
+)
+
+
+def test_a_bulk_load_that_dies_gets_its_indexes_at_the_next_open(pg_url: str) -> None:
+    with Store.open(pg_url, dims=4):
+        indexes = _index_defs(pg_url)
+    done = subprocess.run(
+        [sys.executable, "-c", LOADER, pg_url], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "loaded", done.stderr
+    assert _index_defs(pg_url) != indexes  # the load died before building them
+    with Store.open(pg_url) as s:
+        assert _index_defs(pg_url) == indexes
+        assert len(s.vector_search("n", [3, 1, 0, 0], k=5)) == 5
+
+
+def _plan_nodes(node: dict[str, Any], gated: bool = False) -> list[tuple[dict[str, Any], bool]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, with whether a one-time filter on the
+    stopword fallback (``numnode(...) = 0``) gates it."""
+    gated = gated or "numnode" in node.get("One-Time Filter", "")
+    out = [(node, gated)]
+    for child in node.get("Plans", []):
+        out += _plan_nodes(child, gated)
+    return out
+
+
+def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
+    """Each statement a search prepares, EXPLAINed as the generic plan it runs on a
+    populated database (many namespaces, analyzed): vector searches walk the HNSW index and
+    scan exactly through the tag GIN or the namespace index, keyword searches use the words
+    GIN index, recall's final rows the primary key; no statement reads ``memories``
+    sequentially, but for the stopword-only keyword fallback behind its one-time filter."""
+    import psycopg
+
+    rng = np.random.default_rng(5)
+    words = ["alpha", "beta", "gamma", "delta", "omega"]
+    with Store.open(pg_url, dims=8) as s:
+        s.upsert_many(
+            Memory(
+                id=f"m{i}",
+                namespace=f"ns{i % 40}",
+                content=f"{words[i % 5]} row {i}",
+                tags=["common"] + (["rare"] if i % 50 == 0 else []),
+                metadata={"kind": "a" if i % 2 else "b"},
+                embedding=rng.standard_normal(8),
+            )
+            for i in range(8000)
+        )
+        s.upsert_many(
+            Memory(
+                id=f"big{i}",
+                namespace="big",
+                content=f"{words[i % 5]} big {i}",
+                embedding=rng.standard_normal(8),
+            )
+            for i in range(4000)
+        )
+        with psycopg.connect(pg_url, autocommit=True) as c:
+            c.execute("ANALYZE memories")
+        s._engine._sizes.forget()  # type: ignore[union-attr]
+        q = rng.standard_normal(8)
+        s.vector_search("big", q, k=10)  # the walk
+        s.vector_search("ns3", q, k=10)  # a small namespace: exact
+        s.vector_search("big", q, Filter(tags=["rare"]), k=5)
+        s.vector_search("big", q, Filter(metadata={"kind": "a"}), k=5)
+        s.vector_search_many("big", np.stack([q, q]), k=3)
+        s.keyword_search("big", "alpha gamma", k=5)
+        s.keyword_search("ns3", "beta", Filter(tags=["common"]), k=5)
+        s.recall("big", "alpha", q, k=5)
+        s.recall(["ns1", "ns2"], "delta", q, k=5, fusion="rrf")
+        pool = s._engine._p.pool  # type: ignore[union-attr]
+        assert pool.get_stats()["pool_size"] == 1  # every statement went through one session
+        with pool.connection() as conn:
+            prepared = conn.execute(
+                "SELECT name, statement, cardinality(parameter_types) FROM pg_prepared_statements"
+            ).fetchall()
+            plans = {}
+            for name, statement, n in prepared:
+                args = ", ".join(["NULL"] * n)
+                [(plan,)] = conn.execute(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({args})")
+                plans[statement] = _plan_nodes(plan[0]["Plan"])
+    kinds = Counter()
+    for statement, nodes in plans.items():
+        for node, gated in nodes:
+            if node.get("Relation Name") == "memories" and node["Node Type"] == "Seq Scan":
+                assert gated, f"a sequential scan of memories in: {statement}"
+        used = {n.get("Index Name") for n, _ in nodes}
+        if "<=>" not in statement and "<->" not in statement and "ts_rank" not in statement:
+            assert used == {"memories_pkey"}, statement  # recall's final rows
+            kinds["rows"] += 1
+            continue
+        if "ts_rank" in statement:
+            assert "memories_words" in used, statement
+            kinds["keyword"] += 1
+        if "<->" in statement:
+            walks = [
+                n for n, _ in nodes if n.get("Index Name") == "memories_hnsw" and "Order By" in n
+            ]
+            assert walks, f"no HNSW walk in: {statement}"
+            exact = used - {"memories_hnsw", "memories_pkey", "memories_words", None}
+            assert exact, f"no index for the exact scan in: {statement}"
+            if "tags @>" in statement:
+                assert "memories_tags" in exact, statement
+            kinds["vector"] += 1
+    assert kinds["rows"] >= 1 and kinds["keyword"] >= 3 and kinds["vector"] >= 5, kinds

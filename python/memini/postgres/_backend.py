@@ -619,6 +619,7 @@ class PgEngine:
         sql = keyword_sql(where(filter, params), k)
         with self._p.read() as conn:
             rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+        rows.sort(key=lambda r: (-r[-1], r[0]))
         return [Scored(to_memory(r), float(r[-1])) for r in rows]
 
     def recall(
@@ -749,8 +750,9 @@ class PgEngine:
                 vscores[src] = scores[at : at + len(vrows[src])]
                 at += len(vrows[src])
         index: dict[str, int] = {}
+        at_seq: dict[int, int] = {}
         cands: builtins.list[tuple[Any, ...]] = []
-        links: builtins.list[tuple[str | None, str | None]] = []
+        links: builtins.list[tuple[int | None, int | None]] = []
         vleg: builtins.list[tuple[int, float, int]] = []
         kleg: builtins.list[tuple[int, float, int]] = []
 
@@ -758,8 +760,9 @@ class PgEngine:
             n = index.get(r[2])
             if n is None:
                 n = index[r[2]] = len(cands)
+                at_seq[r[4 + width]] = n
                 cands.append(r[2 : 2 + width])
-                links.append((r[-2], r[-1]) if neighbours else (None, None))
+                links.append((r[5 + width], r[6 + width]) if neighbours else (None, None))
             return n
 
         for pos, (i, _, _) in enumerate(uniq):
@@ -772,8 +775,8 @@ class PgEngine:
             kleg += [(add(r), float(r[3 + width]), i) for r in hits]
         use = neighbours and bool(vleg) and bool(kleg)
 
-        def near(id_: str | None) -> int | None:
-            return None if id_ is None or not use else index.get(id_)
+        def near(seq: int | None) -> int | None:
+            return None if seq is None or not use else at_seq.get(seq)
 
         order = _core.fuse(
             [

@@ -13,6 +13,9 @@ Each connection's session is set once, when it opens (`_configure`):
   uses is decided by the statement memini chooses (`memini.postgres._search`), not by the
   planner's guess about one call's values (the per-call plans of earlier versions picked a
   sequential scan for some keyword queries, at twice the cost).
+- ``max_parallel_workers_per_gather = 0``: a search is too short for parallel workers, whose
+  start costs milliseconds, and a generic plan would start them even for a branch that a
+  one-time filter turns off (measured: 8.4 ms instead of 0.5 for a keyword search).
 - ``hnsw.iterative_scan = relaxed_order``: a filtered graph walk goes on until it finds
   enough rows; the order it returns them in does not matter, as every hit is rescored.
 - ``hnsw.ef_search`` differs between calls (it follows ``k`` and the filter), so `Conn`
@@ -47,6 +50,7 @@ DEFAULT_EF_SEARCH: Final = 64
 """``hnsw.ef_search`` of a new session: the default search breadth."""
 _SESSION: Final = (
     "SET plan_cache_mode = force_generic_plan; "
+    "SET max_parallel_workers_per_gather = 0; "
     "SET hnsw.iterative_scan = relaxed_order; "
     f"SET hnsw.ef_search = {DEFAULT_EF_SEARCH}"
 )
@@ -99,8 +103,12 @@ def _register_vector(conn: Conn) -> None:
     conn.adapters.register_loader(info.oid, _VectorLoader)
 
 
+# psycopg prepares a statement run this many times; None would also refuse prepare=True
+_NEVER: Final = 2**31
+
+
 def _configure(conn: Conn) -> None:
-    conn.prepare_threshold = None  # only what memini prepares itself (see the module docs)
+    conn.prepare_threshold = _NEVER  # only what memini prepares itself (see the module docs)
     _register_vector(conn)
     register_text_codec(conn)
     conn.execute(_SESSION)

@@ -105,7 +105,8 @@ class _TextBinary(StrBinaryDumper):
 
 class _Loader(TextLoader):
     def load(self, data: Any) -> str:
-        return decode_text(bytes(data).decode())
+        s = str(data, "utf-8")  # from bytes or a memoryview, without a copy
+        return s if "\x01" not in s else decode_text(s)
 
 
 class _BinaryLoader(_Loader):
@@ -165,7 +166,7 @@ def to_memory(r: tuple[Any, ...]) -> Memory:
         tier=_TIERS[r[3]],
         level=None if r[4] is None else _LEVELS[r[4]],
         summary=r[5],
-        metadata=json_to_metadata(r[6]),
+        metadata={} if r[6] == "{}" else json_to_metadata(r[6]),
         tags=list(r[7]),
         importance=r[8],
         created_at=from_micros(r[9]),

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from memini.postgres._filter import where
-from memini.postgres._rows import SELECT
+from memini.postgres._rows import COLUMNS
 from memini.postgres._schema import HNSW_MAX_DIMS, OPERATORS
 
 if TYPE_CHECKING:
@@ -81,7 +81,9 @@ STANDING: Final = (
     "fingerprint",
 )
 """The columns recall's fusion ranks a candidate by (`memini._core.fuse`), in its order."""
-_STANDING: Final = ", ".join(STANDING)
+# where a candidate sits in its namespace's timeline (for its neighbours)
+_PLACE: Final = ("namespace", "created_at", "seq")
+_CANDIDATE: Final = ", ".join((*STANDING, *_PLACE))
 
 
 def _opaque(cond: str) -> str:
@@ -90,10 +92,14 @@ def _opaque(cond: str) -> str:
 
 
 def _vector_ctes(
-    name: str, op: str, cols: str, cond: str, k: int, graph: str, graphs: bool
+    name: str, op: str, cols: Sequence[str], cond: str, k: int, graph: str, graphs: bool
 ) -> tuple[str, str]:
-    """The graph walk (``{name}g``) and exact scan of one vector search, as CTEs, and the
-    SELECT of their rows with a leading ``exact`` flag.
+    """The graph walk (``{name}g``) and exact scan (``{name}e``) of one vector search, as
+    CTEs, and the SELECT of their rows with a leading ``exact`` flag.
+
+    The exact scan sorts the matching rows' positions (``ctid``) alone and reads the
+    ``cols`` of the best ``k`` after: a sort carrying whole rows cost twice as much at a
+    10% filter of 20,000 rows.
 
     Args:
         name: A prefix naming the CTEs.
@@ -104,15 +110,17 @@ def _vector_ctes(
         graph: The SQL of the boolean choosing the walk (a parameter).
         graphs: Whether the store has an HNSW index at all.
     """
+    gate = f"(NOT {graph} OR (SELECT count(*) FROM {name}g) < {k}) AND " if graphs else ""
     exact = (
-        f"{name}e AS MATERIALIZED (SELECT {cols} FROM memories WHERE "
-        + (f"(NOT {graph} OR (SELECT count(*) FROM {name}g) < {k}) AND " if graphs else "")
-        + f"{cond} ORDER BY (embedding {op} %(q)s) + 0, id LIMIT {k})"
+        f"{name}e AS MATERIALIZED (SELECT {', '.join(f'm.{c}' for c in cols)} FROM "
+        f"(SELECT ctid AS t FROM memories WHERE {gate}{cond} "
+        f"ORDER BY (embedding {op} %(q)s) + 0, id LIMIT {k}) x "
+        "JOIN memories m ON m.ctid = x.t)"
     )
     if not graphs:
         return exact, f"SELECT true, * FROM {name}e"
     walk = (
-        f"{name}g AS MATERIALIZED (SELECT {cols} FROM memories WHERE {graph} AND "
+        f"{name}g AS MATERIALIZED (SELECT {', '.join(cols)} FROM memories WHERE {graph} AND "
         f"{_opaque(cond)} ORDER BY embedding {op} %(q)s LIMIT {k})"
     )
     return f"{walk}, {exact}", f"SELECT false, * FROM {name}g UNION ALL SELECT true, * FROM {name}e"
@@ -122,11 +130,10 @@ def vector_sql(metric: str, dims: int, cond: str, k: int) -> str:
     """The vector search of one namespace (``%(ns)s``, ``%(q)s``, ``%(graph)s`` and the
     filter's parameters): rows of ``SELECT`` plus the vector, each led by its ``exact``
     flag; the exact rows are the answer when there are any."""
-    cols = f"{SELECT}, embedding"
     ctes, rows = _vector_ctes(
         "",
         OPERATORS[metric],
-        cols,
+        (*COLUMNS, "embedding"),
         f"namespace = %(ns)s AND embedding IS NOT NULL AND {cond}",
         k,
         "%(graph)s",
@@ -135,22 +142,32 @@ def vector_sql(metric: str, dims: int, cond: str, k: int) -> str:
     return f"WITH {ctes} {rows}"
 
 
-def _keyword_select(cols: str, cond: str, k: int) -> str:
-    """The keyword leg over ``cond`` (namespace included): ``cols`` plus the rank, best first."""
+def _keyword_ranked(cond: str, k: int, cols: str = "ctid AS t") -> str:
+    """The keyword leg over ``cond`` (namespace included): ``cols`` and the rank of the best
+    ``k`` rows. The query is parsed once, in ``FROM``; the rows come from the GIN index on
+    ``words`` (``cond`` is opaque, see `_opaque`: written plainly, the generic plan of a
+    large namespace read the whole namespace through its btree index instead). A query of
+    stopwords alone searches its words as they are, unindexed, as the embedded store keeps
+    them when nothing else is left."""
     return (
-        f"(SELECT {cols}, ts_rank(words, {_FTS})::float8 AS rank FROM memories "
-        f"WHERE numnode({_FTS}) > 0 AND words @@ {_FTS} AND {cond} "
+        f"(SELECT {cols}, ts_rank(words, q)::float8 AS rank FROM memories, {_FTS} q "
+        f"WHERE numnode({_FTS}) > 0 AND words @@ q AND {_opaque(cond)} "
         f"ORDER BY rank DESC, id LIMIT {k}) UNION ALL "
-        f"(SELECT {cols}, ts_rank({_PLAIN_DOC}, {_PLAIN_Q})::float8 AS rank FROM memories "
-        f"WHERE numnode({_FTS}) = 0 AND {_PLAIN_DOC} @@ {_PLAIN_Q} AND {cond} "
+        f"(SELECT {cols}, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, {_PLAIN_Q} q "
+        f"WHERE numnode({_FTS}) = 0 AND {_PLAIN_DOC} @@ q AND {cond} "
         f"ORDER BY rank DESC, id LIMIT {k})"
     )
 
 
 def keyword_sql(cond: str, k: int) -> str:
     """The keyword search of one namespace (``%(ns)s``, ``%(tsq)s``, the filter's
-    parameters): rows of ``SELECT`` plus the rank, best first."""
-    return _keyword_select(SELECT, f"namespace = %(ns)s AND {cond}", k)
+    parameters): rows of ``SELECT`` plus the rank, in no order (best first is by rank
+    descending, then id)."""
+    return (
+        f"SELECT {', '.join(f'm.{c}' for c in COLUMNS)}, x.rank FROM "
+        f"({_keyword_ranked(f'namespace = %(ns)s AND {cond}', k)}) x "
+        "JOIN memories m ON m.ctid = x.t"
+    )
 
 
 def recall_sql(
@@ -178,8 +195,9 @@ def recall_sql(
     Returns:
         The SQL and its parameters (``%(q)s``, the vector, is left to the caller). Its rows:
         ``leg`` ('v' graph, 'e' exact, 'k' keyword), source index, the `STANDING` columns,
-        the vector ('v'/'e' rows), the keyword rank ('k' rows), then with ``context`` the
-        previous and next ids in the namespace's timeline.
+        the vector ('v'/'e' rows), the keyword rank ('k' rows), the row's ``seq``, then with
+        ``context`` the ``seq`` of the previous and next rows in the namespace's timeline when
+        they are candidates too (else NULL).
     """
     params: dict[str, Any] = {}
     cond = where(spec, params)
@@ -193,11 +211,10 @@ def recall_sql(
             scond += f" AND tier = ANY(%(tiers{i})s::text[])"
         if graph is not None:
             params[f"graph{i}"] = graph[i]
-            cols = f"{_STANDING}, namespace, created_at, seq, embedding, NULL::float8 AS rank"
             c, rows = _vector_ctes(
                 f"v{i}",
                 OPERATORS[metric],
-                cols,
+                (*STANDING, *_PLACE, "embedding"),
                 f"embedding IS NOT NULL AND {scond}",
                 pool,
                 f"%(graph{i})s",
@@ -205,34 +222,42 @@ def recall_sql(
             )
             ctes.append(c)
             legs.append(
-                f"SELECT CASE WHEN x THEN 'e' ELSE 'v' END AS leg, {i} AS src, "
-                f"{_STANDING}, namespace, created_at, seq, embedding, rank "
-                f"FROM ({rows}) v{i}(x, {_STANDING}, namespace, created_at, seq, embedding, rank)"
+                f"SELECT CASE WHEN x THEN 'e' ELSE 'v' END AS leg, {i} AS src, {_CANDIDATE}, "
+                f"embedding, NULL::float8 AS rank "
+                f"FROM ({rows}) v{i}(x, {_CANDIDATE}, embedding)"
             )
         if tsq is not None:
-            cols = f"{_STANDING}, namespace, created_at, seq, NULL::vector AS embedding"
-            ctes.append(f"k{i} AS MATERIALIZED ({_keyword_select(cols, scond, pool)})")
+            ranked = _keyword_ranked(scond, pool, _CANDIDATE)
+            ctes.append(f"k{i} AS MATERIALIZED ({ranked})")
             legs.append(
-                f"SELECT 'k' AS leg, {i} AS src, {_STANDING}, namespace, created_at, seq, "
-                f"embedding, rank FROM k{i}"
+                f"SELECT 'k' AS leg, {i} AS src, {_CANDIDATE}, NULL::vector AS embedding, "
+                f"rank FROM k{i}"
             )
     if tsq is not None:
         params["tsq"] = tsq
     out = ", ".join(f"l.{c}" for c in STANDING)
     sql = (
         f"WITH {', '.join(ctes)}, legs AS ({' UNION ALL '.join(legs)}) "
-        f"SELECT l.leg, l.src, {out}, l.embedding, l.rank"
+        f"SELECT l.leg, l.src, {out}, l.embedding, l.rank, l.seq"
     )
     if not context:
         return f"{sql} FROM legs l", params
+    # the fusion uses a neighbour only when it is a candidate too: two candidates next to
+    # each other in their namespace's timeline (created_at, then seq) are neighbours when no
+    # row lies between them, one probe of the timeline index per pair (where looking up
+    # each candidate's two neighbours took two)
     return (
-        f"{sql}, p.id, n.id FROM legs l "
-        "LEFT JOIN LATERAL (SELECT m.id FROM memories m WHERE m.namespace = l.namespace AND "
-        "(m.created_at, m.seq) < (l.created_at, l.seq) "
-        "ORDER BY m.created_at DESC, m.seq DESC LIMIT 1) p ON true "
-        "LEFT JOIN LATERAL (SELECT m.id FROM memories m WHERE m.namespace = l.namespace AND "
-        "(m.created_at, m.seq) > (l.created_at, l.seq) "
-        "ORDER BY m.created_at, m.seq LIMIT 1) n ON true"
+        f"WITH {', '.join(ctes)}, legs AS ({' UNION ALL '.join(legs)}), "
+        "places AS (SELECT DISTINCT namespace, created_at, seq FROM legs), "
+        "pairs AS (SELECT namespace, created_at, seq, "
+        "lag(created_at) OVER w AS before_at, lag(seq) OVER w AS before FROM places "
+        "WINDOW w AS (PARTITION BY namespace ORDER BY created_at, seq)), "
+        "near AS (SELECT before AS prev, seq AS next FROM pairs p WHERE before IS NOT NULL "
+        "AND NOT EXISTS (SELECT FROM memories m WHERE m.namespace = p.namespace "
+        "AND (m.created_at, m.seq) > (p.before_at, p.before) "
+        "AND (m.created_at, m.seq) < (p.created_at, p.seq))) "
+        f"SELECT l.leg, l.src, {out}, l.embedding, l.rank, l.seq, a.prev, b.next "
+        "FROM legs l LEFT JOIN near a ON a.next = l.seq LEFT JOIN near b ON b.prev = l.seq"
     ), params
 
 
