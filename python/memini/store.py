@@ -545,12 +545,18 @@ class Store:
                 f"memories must be an iterable of Memory, got {type(memories).__name__}"
             )
         ms = list(memories)
-        rows = [cv.memory_to_row(m, self._dims) for m in ms]
+        self._upsert_rows([cv.memory_to_row(m, self._dims) for m in ms], ms)
+        return len(ms)
+
+    def _upsert_rows(self, rows: builtins.list[dict[str, Any]], ms: Sequence[Memory]) -> None:
+        """`upsert_many` of memories already validated into ``rows``
+        (`memini._convert.memory_to_row` with this store's dims; ``memini import`` checks
+        each line as it reads it, and writes the rows it made)."""
+        self._check()
         self._embed_rows(rows)
         inserted = self._engine.upsert_many(rows)
         for ins, m in zip(inserted, ms, strict=True):
             self._report_upsert(ins, m)
-        return len(ms)
 
     @_key_fields_are_not_updates
     def update(self, /, namespace: str, id: str, **fields: Any) -> Memory:

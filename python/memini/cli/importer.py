@@ -104,6 +104,7 @@ class _Pending:
 
     lineno: int
     memory: Memory
+    row: dict[str, Any]  # the memory validated (`memini._convert.memory_to_row`)
     inserted: int = 0
     updated: int = 0
 
@@ -210,13 +211,13 @@ class Importer:
             if decision == "skip":
                 return
         memory = parse_memory(obj, self.default_ns)
-        self._validate(memory)
+        row = self._validate(memory)
         key = (memory.namespace, memory.id)
         pending = self._pending.get(key)
         if pending is None:
-            pending = self._pending[key] = _Pending(lineno, memory)
+            pending = self._pending[key] = _Pending(lineno, memory, row)
         else:  # an update of a memory this file brought: the later line wins
-            pending.lineno, pending.memory = lineno, memory
+            pending.lineno, pending.memory, pending.row = lineno, memory, row
         pending.inserted += decision == "insert"
         pending.updated += decision == "update"
         if not self.atomic and len(self._pending) >= self.batch_size:
@@ -232,10 +233,11 @@ class Importer:
         # The id sorts first among the ids it prefixes: one cheap lookup.
         return 0 if self.store.ids_by_prefix(ns, id_, 1) == [id_] else None
 
-    def _validate(self, memory: Memory) -> None:
-        """The store's own checks of a memory, with command-line advice on its dims."""
+    def _validate(self, memory: Memory) -> dict[str, Any]:
+        """The store's own checks of a memory, with command-line advice on its dims; the
+        row they make, which the write takes as it is."""
         try:
-            memory_to_row(memory, self.dims)
+            return memory_to_row(memory, self.dims)
         except DimensionMismatchError:
             n = len(memory.embedding) if memory.embedding is not None else 0
             raise BadRecord(
@@ -312,7 +314,7 @@ class Importer:
         if not rows:
             return
         try:
-            self.store.upsert_many([p.memory for p in rows])
+            self.store._upsert_rows([p.row for p in rows], [p.memory for p in rows])
         except (CorruptionError, StoreClosedError):
             raise
         except MeminiError as e:
@@ -357,7 +359,7 @@ class Importer:
         pending = list(self._pending.values())
         self._pending = {}
         try:
-            self.store.upsert_many([p.memory for p in pending])
+            self.store._upsert_rows([p.row for p in pending], [p.memory for p in pending])
         except (CorruptionError, StoreClosedError):
             raise
         except MeminiError as e:

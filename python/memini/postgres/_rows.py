@@ -126,6 +126,8 @@ def register_text_codec(context: AdaptContext) -> None:
 
 def fold(text: str) -> str:
     """Lowercase, accents removed (NFKD, combining marks dropped): the keyword text."""
+    if text.isascii():  # nothing to decompose, and casefold is lower (most text; 10x faster)
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.casefold())
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
@@ -157,9 +159,21 @@ def _time(us: int | None) -> Any:
     return None if us is None else from_micros(us)
 
 
+_NEW: Final = object.__new__
+
+
 def to_memory(r: tuple[Any, ...]) -> Memory:
-    """A `Memory` from a row of ``SELECT`` (embedding None, as every read)."""
-    return Memory(
+    """A `Memory` from a row of ``SELECT`` (embedding None, as every read).
+
+    Built as the core's binding builds the rows it returns (``object.__new__`` and the
+    instance dict, no ``__init__``: the values are the store's own), at a third of the cost
+    of the constructor, which a search pays for every row it returns.
+    """
+    created = from_micros(r[9])
+    updated = created if r[10] == r[9] else from_micros(r[10])
+    accessed = updated if r[11] == r[10] else from_micros(r[11])
+    m: Memory = _NEW(Memory)
+    m.__dict__.update(
         id=r[0],
         namespace=r[1],
         content=r[2],
@@ -169,9 +183,9 @@ def to_memory(r: tuple[Any, ...]) -> Memory:
         metadata={} if r[6] == "{}" else json_to_metadata(r[6]),
         tags=list(r[7]),
         importance=r[8],
-        created_at=from_micros(r[9]),
-        updated_at=from_micros(r[10]),
-        last_accessed_at=from_micros(r[11]),
+        created_at=created,
+        updated_at=updated,
+        last_accessed_at=accessed,
         access_count=r[12],
         expires_at=_time(r[13]),
         superseded_by=r[14],
@@ -179,4 +193,6 @@ def to_memory(r: tuple[Any, ...]) -> Memory:
         valid_to=_time(r[16]),
         confidence=r[17],
         linked_memory_ids=list(r[18]),
+        embedding=None,
     )
+    return m
