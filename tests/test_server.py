@@ -212,7 +212,9 @@ def test_open_access_only_on_loopback_without_keys(
         with memini.connect(url) as s:
             s.upsert(mem("x", "ns"))
             assert s.count("ns") == 1
-            s.put_api_key(APIKey("k", hash_api_key("k"), home_ns="ns"))
+            # keys are managed in process (open access may not: test_server_security.py)
+            server.service.store.put_api_key(APIKey("k", hash_api_key("k"), home_ns="ns"))
+            server.service.gate.keys_changed()
             with pytest.raises(AuthError):  # a key is stored now: open access ends
                 s.count("ns")
     finally:

@@ -3,8 +3,9 @@
 One home for the schema: the annotations of `memini.Store`'s methods and of the dataclasses of
 `memini.types` *are* the schema of every endpoint. ``POST /v1/<method>`` takes a JSON object
 of the method's arguments by name and answers its return value; `METHODS` reads both from
-`Store` with ``typing.get_type_hints``, so a new `Store` method is served (and its client
-method typed) with no change here.
+`Store` with ``typing.get_type_hints`` for every method of `memini._served.SERVED` (the table
+of what is served and who may call it), so a method served there is typed here with no
+change.
 
 JSON shapes: a dataclass is an object of its fields (an unknown field is refused); a datetime
 an ISO 8601 string (naive = UTC, as everywhere; the server answers aware UTC with
@@ -40,6 +41,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from memini._served import SERVED, Rule
 from memini.errors import (
     AuthError,
     ConflictError,
@@ -498,36 +500,6 @@ def decode(value: Any, hint: object, path: str) -> Any:
 # The methods
 # --------------------------------------------------------------------------------------------
 
-# Calls that change nothing: a client may repeat them after a lost answer.
-_READS: Final = frozenset(
-    {
-        "ping",
-        "stats",
-        "get",
-        "get_embedding",
-        "ids_by_prefix",
-        "predecessor_ids",
-        "get_by_fingerprint",
-        "list_expired",
-        "list",
-        "count",
-        "list_namespaces",
-        "namespace_activity",
-        "embed_model",
-        "vector_search",
-        "vector_search_many",
-        "keyword_search",
-        "list_links",
-        "list_all_links",
-        "authenticate",
-        "list_api_keys",
-        "get_api_key_by_hash",
-        "list_events",
-    }
-)
-# Store methods not served: the lifecycle belongs to the server process.
-_NOT_SERVED: Final = frozenset({"open", "close"})
-
 
 @dataclass(frozen=True)
 class Method:
@@ -537,8 +509,13 @@ class Method:
     signature: inspect.Signature
     params: dict[str, object]
     returns: object
-    read_only: bool
+    rule: Rule
     var_keyword: str | None
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the call changes nothing (`memini._served.Rule.read_only`)."""
+        return self.rule.read_only
 
     def decode_args(self, body: Any) -> dict[str, Any]:
         """The keyword arguments of a call from its JSON body.
@@ -624,17 +601,13 @@ def _method(name: str, fn: Callable[..., Any]) -> Method:
         signature=sig.replace(parameters=params),
         params={p.name: hints.get(p.name, Any) for p in params},
         returns=hints.get("return", Any),
-        read_only=name in _READS,
+        rule=SERVED[name],
         var_keyword=var_kw,
     )
 
 
-METHODS: Final[dict[str, Method]] = {
-    name: _method(name, fn)
-    for name, fn in inspect.getmembers(Store, inspect.isfunction)
-    if not name.startswith("_") and name not in _NOT_SERVED
-}
-"""Every served `Store` method by name: ``POST /v1/<name>``."""
+METHODS: Final[dict[str, Method]] = {name: _method(name, getattr(Store, name)) for name in SERVED}
+"""Every served `Store` method by name (``POST /v1/<name>``): those of `memini._served.SERVED`."""
 
 
 # --------------------------------------------------------------------------------------------

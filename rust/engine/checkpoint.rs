@@ -111,7 +111,13 @@ impl Engine {
             )));
         }
         let _turn = inner.checkpointing.lock();
-        fs::create_dir_all(dest)?;
+        // the caller's path: a directory it cannot create is its input's fault, not the store's
+        fs::create_dir_all(dest).map_err(|e| {
+            Error::invalid(format!(
+                "cannot create the backup directory {}: {e} (choose a path this process can write)",
+                dest.display()
+            ))
+        })?;
         let rows = inner.rows.read();
         let seq = inner.counters.lock().seq;
         let st = inner.state.read();

@@ -73,6 +73,7 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         event_keep_max=args.event_keep_max,
         mcp=not args.no_mcp,
         mcp_namespace=args.mcp_namespace,
+        backup_dir=args.backup_dir,
     )
     server = _open(args, options)
     err.print(f"memini: serving {args.store} at {server.url}", markup=False)
@@ -136,6 +137,12 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
         "--event-keep-max", type=int, default=0, help="keep at most this many event rows (0: all)"
     )
     sp.add_argument("--no-mcp", action="store_true", help="do not serve MCP at /mcp")
+    sp.add_argument(
+        "--backup-dir",
+        metavar="DIR",
+        help="served backup() calls (admin secret only) write new directories below DIR; "
+        "without it they are refused",
+    )
     sp.add_argument(
         "--mcp-namespace",
         default="default",

@@ -29,15 +29,12 @@ from prometheus_client import CollectorRegistry
 from memini.errors import InvalidArgumentError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
-from memini.server._auth import Gate, is_loopback
+from memini.server._auth import ADMIN_KEY_ENV, Gate, is_loopback
 from memini.server._events import EventRecorder
 from memini.server._service import Service
 from memini.store import Store
 
 __all__ = ["ADMIN_KEY_ENV", "Server", "ServerOptions", "create_app"]
-
-ADMIN_KEY_ENV = "MEMINI_ADMIN_KEY"
-"""The environment variable holding the admin secret."""
 
 _LOG = logging.getLogger("memini.server")
 
@@ -59,6 +56,7 @@ class ServerOptions:
         mcp_namespace: Namespace of MCP tools for the admin / open access (an API key uses
             its own ``default_ns`` or ``home_ns``).
         drain_timeout: Seconds SIGTERM waits for calls in flight.
+        backup_dir: The directory served ``backup`` calls write below (None: refused).
     """
 
     host: str = "127.0.0.1"
@@ -72,6 +70,7 @@ class ServerOptions:
     mcp: bool = True
     mcp_namespace: str = "default"
     drain_timeout: float = 30.0
+    backup_dir: str | os.PathLike[str] | None = None
 
 
 class _Uvicorn(uvicorn.Server):
@@ -125,7 +124,7 @@ class Server:
             if opts.events
             else None
         )
-        self.service = Service(store, gate, recorder)
+        self.service = Service(store, gate, recorder, opts.backup_dir)
         mcp = None
         if opts.mcp:
             from memini.server._mcp import McpEndpoint

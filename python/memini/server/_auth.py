@@ -4,8 +4,13 @@
   constant time) may do everything. An API key (`Store.authenticate`) may touch only its
   ``home_ns`` and the namespaces below it (``home_ns/...``) and may not manage keys or run
   store-wide maintenance; a key with an empty ``home_ns`` may touch no namespace.
+* What each method needs is its entry in `memini._served.SERVED` (admin only, the namespaces
+  its arguments name, or a server-wide answer cut to the key's namespaces); `Gate.check`
+  and `Gate.confine` apply it.
 * With no admin secret and no API key stored, requests without a credential are served as
-  admin only on a loopback address (`Gate.open`); anywhere else they get 401.
+  admin only on a loopback address (`Gate.open`); anywhere else they get 401. Open access
+  never covers what needs the admin secret itself (``Access.SECRET``: API-key management and
+  ``backup``), so the first local caller cannot take the server over.
 * 401 for an unknown or disabled secret; 403 for a namespace or operation outside the key's
   reach. A 403 message names only the key's own home, never the namespace or data asked for.
 * Secrets are never logged nor echoed; a lookup is cached for ``cache_for`` seconds by the
@@ -19,14 +24,18 @@ import hmac
 import ipaddress
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+from memini._served import SERVED, Access
 from memini.errors import AuthError
 from memini.store import Store
-from memini.types import APIKey, Event, EventFilter, Memory, NamespaceLink, hash_api_key
+from memini.types import APIKey, EventFilter, hash_api_key
 
-__all__ = ["ADMIN_ONLY", "Gate", "Principal", "Unauthenticated", "is_loopback"]
+__all__ = ["ADMIN_KEY_ENV", "Gate", "Principal", "Unauthenticated", "is_loopback"]
+
+ADMIN_KEY_ENV: Final = "MEMINI_ADMIN_KEY"
+"""The environment variable holding the admin secret."""
 
 
 class Unauthenticated(AuthError):
@@ -39,6 +48,8 @@ class Principal:
 
     key: APIKey | None
     name: str
+    secret: bool = False
+    """Whether the caller showed the admin secret (not open access)."""
 
     @property
     def admin(self) -> bool:
@@ -60,30 +71,8 @@ class Principal:
         return self.key.default_ns if self.owns(self.key.default_ns) else self.key.home_ns
 
 
-ADMIN: Final = Principal(None, "admin")
+ADMIN: Final = Principal(None, "admin", secret=True)
 OPEN: Final = Principal(None, "open-loopback")
-
-# Methods only the admin may call: key management and store-wide maintenance.
-ADMIN_ONLY: Final = frozenset(
-    {
-        "put_api_key",
-        "authenticate",
-        "delete_api_key",
-        "list_api_keys",
-        "get_api_key_by_hash",
-        "rename_api_key_namespaces",
-        "stats",
-        "compact",
-        "backup",
-        "acknowledge_meta_db_loss",
-        "sweep_expired",
-        "set_embed_model",
-        "prune_events",
-        "refresh_active_counts",
-    }
-)
-# Arguments naming a namespace, checked by name.
-_NS_ARGS: Final = ("namespace", "from_ns", "to_ns", "src", "dst")
 
 
 def is_loopback(host: str) -> bool:
@@ -168,43 +157,32 @@ class Gate:
             self._cache[digest] = (now, key)
         return key
 
-    # ---------------------------------------------------------------- namespace rules
+    # ---------------------------------------------------------------- the served table
 
     def check(self, principal: Principal, method: str, args: Mapping[str, Any]) -> None:
-        """Refuse a call the principal may not make (before it reaches the store).
+        """Refuse a call the principal may not make, by the method's entry in
+        `memini._served.SERVED` (before anything reaches the store).
 
         Raises:
-            AuthError: An admin-only method, or an argument naming a namespace outside the
-                key's home (the message names only the key's home).
+            AuthError: The method needs the admin secret, or is the admin's, or an argument
+                names a namespace outside the key's home (the message names only the key's
+                home).
         """
+        rule = SERVED[method]
+        if rule.access is Access.SECRET and principal.admin and not principal.secret:
+            raise AuthError(
+                f"{method}() needs the admin secret ({ADMIN_KEY_ENV}), also on loopback; "
+                "without one, manage API keys in-process or with `memini key` while the "
+                "server is stopped"
+            )
         if principal.admin:
             return
-        if method in ADMIN_ONLY:
+        if rule.access in (Access.ADMIN, Access.SECRET):
             raise AuthError(f"{method}() is for the admin secret only, not an API key")
-        for name in _NS_ARGS:
-            ns = args.get(name)
-            if isinstance(ns, str) and not principal.owns(ns):
-                raise _forbidden(principal, name)
-            if isinstance(ns, list) and any(  # recall over several namespaces
-                not isinstance(n, str) or not principal.owns(n) for n in ns
-            ):
-                raise _forbidden(principal, "a namespace of the list")
-        for name, value in args.items():
-            for what, ns in _namespaces_in(name, value):
-                if not principal.owns(ns):
+        for path in rule.namespaces:
+            for what, ns in _named(path, args):
+                if not isinstance(ns, str) or not principal.owns(ns):
                     raise _forbidden(principal, what)
-        if method == "list_events":
-            f = args.get("filter")
-            names = [f.namespace] if isinstance(f, EventFilter) and f.namespace else []
-            if isinstance(f, EventFilter) and not names:
-                names = [n for n in f.namespaces if isinstance(n, str)]
-            if not names:
-                raise AuthError(
-                    "an API key must name its namespaces in the EventFilter "
-                    "(namespace= or namespaces=)"
-                )
-            if not all(principal.owns(n) for n in names):
-                raise _forbidden(principal, "filter.namespace")
         if method == "recall" and args.get("linked"):
             self._check_links(principal, args.get("namespace"))
 
@@ -216,35 +194,54 @@ class Gate:
                     raise _forbidden(principal, "a namespace linked from it")
 
     def confine(self, principal: Principal, method: str, result: Any) -> Any:
-        """Drop from a store-wide answer what lies outside the key's home."""
-        if principal.admin:
+        """Cut an answer to the items whose namespaces the key owns (the rule's
+        ``confine``); the admin's answers pass whole."""
+        confine = SERVED[method].confine
+        if principal.admin or confine is None:
             return result
         owns = principal.owns
-        if method == "list_namespaces":
-            return [ns for ns in result if owns(ns)]
-        if method == "namespace_activity":
-            return [a for a in result if owns(a.ns)]
-        if method in ("list_all_links", "list_links"):
-            return [x for x in result if owns(x.src) and owns(x.dst)]
-        if method == "list_expired":
-            return [m for m in result if owns(m.namespace)]
-        return result
+        return [x for x in result if all(owns(ns) for ns in confine(x))]
 
 
-def _namespaces_in(name: str, value: object) -> Iterable[tuple[str, str]]:
-    """The (argument, namespace) pairs inside dataclass arguments: memories, links, events."""
-    items: Iterable[object] = value if isinstance(value, list) else [value]
-    for i, item in enumerate(items):
-        where = f"{name}[{i}]" if isinstance(value, list) else name
-        if isinstance(item, Memory) and isinstance(item.namespace, str):
-            yield f"{where}.namespace", item.namespace
-        elif isinstance(item, NamespaceLink):
-            for end in ("src", "dst"):
-                ns = getattr(item, end)
-                if isinstance(ns, str):
-                    yield f"{where}.{end}", ns
-        elif isinstance(item, Event):
-            if isinstance(item.namespace, str):
-                yield f"{where}.namespace", item.namespace
-            if isinstance(item.memory_ns, str) and item.memory_ns:
-                yield f"{where}.memory_ns", item.memory_ns
+def _named(path: str, args: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
+    """The (argument, namespace) pairs a rule's namespace path names in a call's arguments
+    (see `memini._served`); a value that is not a namespace is yielded as it is, and
+    refused."""
+    head, _, field = path.partition(".")
+    if head.endswith("[]"):
+        name = head[:-2]
+        items = args.get(name)
+        for i, item in enumerate(items if isinstance(items, list) else [items]):
+            ns = getattr(item, field, None)
+            if field != "memory_ns" or ns:  # an event may name no memory
+                yield f"{name}[{i}].{field}", ns
+        return
+    if head not in args:
+        if field == "namespace|namespaces":  # an EventFilter: an API key must name them
+            raise AuthError(_NAME_THEM)
+        return
+    value = args[head]
+    if field == "namespace|namespaces":
+        names = _event_filter_namespaces(value)
+        if not names:
+            raise AuthError(_NAME_THEM)
+        for ns in names:
+            yield "filter.namespace", ns
+    elif field:
+        yield path, getattr(value, field, None)
+    elif isinstance(value, list):  # recall over several namespaces
+        for ns in value:
+            yield "a namespace of the list", ns
+    else:
+        yield head, value
+
+
+def _event_filter_namespaces(f: object) -> list[object]:
+    if not isinstance(f, EventFilter):
+        return []
+    return [f.namespace] if f.namespace else list(f.namespaces or ())
+
+
+_NAME_THEM: Final = (
+    "an API key must name its namespaces in the EventFilter (namespace= or namespaces=)"
+)

@@ -2,7 +2,10 @@
 
 `event_rows` turns one served call into its rows: one operation id per call; a search or
 recall gives one row per hit (``rank`` 0-based, ``score``, the hit's id, namespace, tier and
-summary) or a single row when nothing was found; a write gives one row per memory written
+summary), recorded under the hit's own namespace (a linked or multi-namespace recall never
+files one tenant's rows under another's name), or one row per namespace searched when
+nothing was found; ``detail["namespaces"]`` lists the namespaces searched. A write gives one
+row per memory written
 (``remember`` / ``update`` / ``forget`` / ``supersede``), link and key changes one
 ``settings`` row. ``detail`` holds the method, ``k``, and the caller's key name (never a
 secret).
@@ -114,16 +117,21 @@ class _Call:
             )
         )  # fmt: skip
 
-    def hits(self, query: str, hits: list[Any], detail: dict[str, Any]) -> None:
-        """One row per hit (or one row when nothing was found)."""
+    def hits(
+        self, query: str, hits: list[Any], detail: dict[str, Any], searched: list[str]
+    ) -> None:
+        """One row per hit, under the hit's own namespace; when nothing was found, one row
+        per namespace searched (so each tenant's log holds its own searches, and only
+        those)."""
         text = metadata_to_json(detail, "detail")
         if not hits:
-            self.row(text, query=query)
+            for ns in searched:
+                self.row(text, namespace=ns, query=query)
         for rank, hit in enumerate(hits):
             m: Memory = hit.memory
             self.rows.append(
                 event_row(
-                    self.op, self.kind, self.ns, query, m.id, m.namespace, m.tier.value,
+                    self.op, self.kind, m.namespace, query, m.id, m.namespace, m.tier.value,
                     _summary(m), rank, float(hit.score), text, self.now,
                 )
             )  # fmt: skip
@@ -141,17 +149,19 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
         return []
     detail: dict[str, Any] = {"method": method, "caller": caller}
     raw_ns = args.get("namespace", args.get("from_ns", args.get("src", "")))
-    ns = raw_ns if isinstance(raw_ns, str) else ",".join(str(n) for n in raw_ns or ())
-    call = _Call(kind, ns)
     if method in _SEARCHES:
+        searched = [raw_ns] if isinstance(raw_ns, str) else [str(n) for n in raw_ns or ()]
+        call = _Call(kind, "")
         detail["k"] = args.get("k", 10)
+        detail["namespaces"] = searched
         query = _text(args.get("query", ""))
         if method == "vector_search_many":
             for i, hits in enumerate(result):
-                call.hits(query, hits, {**detail, "query_index": i})
+                call.hits(query, hits, {**detail, "query_index": i}, searched)
         else:
-            call.hits(query, result, detail)
+            call.hits(query, result, detail, searched)
         return call.rows
+    call = _Call(kind, raw_ns if isinstance(raw_ns, str) else "")
     if method in ("upsert", "upsert_many"):
         memories = [args["memory"]] if method == "upsert" else list(args["memories"])
         text = metadata_to_json(detail, "detail")

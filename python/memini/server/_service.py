@@ -8,12 +8,14 @@ search started in the core (`memini.aio._native`) is `enter`, the core call, `fi
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from memini import _wire as wire
-from memini.errors import UnavailableError
+from memini.errors import AuthError, InvalidArgumentError, UnavailableError
 from memini.server._auth import Gate, Principal
 from memini.server._events import EventRecorder
 from memini.store import Store
@@ -30,12 +32,21 @@ class Service:
         store: The store this process owns.
         gate: Authentication and namespace rules.
         recorder: Where the rows of served calls go; None = no event log.
+        backup_dir: The directory a served ``backup`` writes below (None: served backups
+            are refused).
     """
 
-    def __init__(self, store: Store, gate: Gate, recorder: EventRecorder | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        gate: Gate,
+        recorder: EventRecorder | None,
+        backup_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.store = store
         self.gate = gate
         self.recorder = recorder
+        self.backup_dir = None if backup_dir is None else Path(backup_dir).resolve()
         self.draining = False
         self._inflight = 0
         self._idle = threading.Condition()
@@ -50,6 +61,8 @@ class Service:
         """
         self.enter(principal, method, args)
         try:
+            if method.name == "backup":
+                args = {**args, "path": self.backup_path(args.get("path"))}
             if method.name == "list_expired" and not principal.admin:
                 limit = args.get("limit", 0)
                 rows = self.gate.confine(
@@ -61,6 +74,36 @@ class Service:
             return self.finish(principal, method, args, result)
         finally:
             self.leave()
+
+    def backup_path(self, path: object) -> Path:
+        """Where a served ``backup`` of ``path`` writes: below `backup_dir`, never outside it.
+
+        ``path`` names a new directory relative to `backup_dir` (an absolute path is taken
+        when it lies below it). No ``..`` component, and no symbolic link leading out.
+
+        Raises:
+            AuthError: This server has no backup directory (``--backup-dir``).
+            InvalidArgumentError: ``path`` is not a str, or leads outside the directory.
+        """
+        if self.backup_dir is None:
+            raise AuthError(
+                "backup() over the server writes only below the server's --backup-dir, and "
+                "this server was started without one"
+            )
+        if not isinstance(path, str) or not path.strip() or "\x00" in path:
+            raise InvalidArgumentError(
+                "backup path must name a new directory below the server's backup directory"
+            )
+        rel = Path(path)
+        if ".." in rel.parts:
+            raise InvalidArgumentError(f"backup path {path!r} may not contain '..'")
+        target = (self.backup_dir / rel).resolve()  # absolute paths replace the base
+        if target == self.backup_dir or self.backup_dir not in target.parents:
+            raise InvalidArgumentError(
+                f"backup path {path!r} lies outside the server's backup directory: name a "
+                "new directory below it (a relative path)"
+            )
+        return target
 
     def enter(self, principal: Principal, method: wire.Method, args: Mapping[str, Any]) -> None:
         """Admit a call (counted in flight until `leave`, which the caller must call).
