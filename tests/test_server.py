@@ -204,10 +204,11 @@ def test_admin_may_do_everything(admin: memini.RemoteStore) -> None:
 def test_open_access_only_on_loopback_without_keys(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    server = Server.open(None, dims=4, options=ServerOptions(port=0, mcp=False))
+    assert "WITHOUT authentication" not in caplog.text  # said when the socket opens
     with caplog.at_level(logging.WARNING, "memini.server"):
-        server = Server.open(None, dims=4, options=ServerOptions(port=0, mcp=False))
+        url = server.start()
     assert "WITHOUT authentication" in caplog.text
-    url = server.start()
     try:
         with memini.connect(url) as s:
             s.upsert(mem("x", "ns"))

@@ -26,6 +26,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+import memini
 from memini.errors import InvalidArgumentError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
@@ -113,12 +114,6 @@ class Server:
                 f"serving on {opts.host} with no admin secret and no API key would refuse "
                 f"every request: set {ADMIN_KEY_ENV}, or bind 127.0.0.1"
             )
-        if gate.open:
-            _LOG.warning(
-                "no %s and no API key stored: serving WITHOUT authentication on loopback %s",
-                ADMIN_KEY_ENV,
-                opts.host,
-            )
         recorder = (
             EventRecorder(store, retention=opts.event_retention, keep_max=opts.event_keep_max)
             if opts.events
@@ -137,7 +132,7 @@ class Server:
             body_timeout=opts.body_timeout,
             registry=self.registry,
             mcp=mcp,
-            version=_version(),
+            version=memini.__version__,
         )
         self._sock: socket.socket | None = None
         self._uvicorn: _Uvicorn | None = None
@@ -174,6 +169,13 @@ class Server:
             sock.listen(2048)
             sock.set_inheritable(True)
             self._sock = sock
+            if self.service.gate.open:  # said when a socket opens (not for MCP over stdio)
+                _LOG.warning(
+                    "no %s and no API key stored: serving WITHOUT authentication on "
+                    "loopback %s (key management and backup still need the admin secret)",
+                    ADMIN_KEY_ENV,
+                    self.options.host,
+                )
         return self._sock
 
     @property
@@ -244,12 +246,3 @@ def _http_protocol() -> Any:
     except ImportError:  # pragma: no cover - httptools ships with uvicorn[standard]
         return "auto"
     return OneSendProtocol
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("memini")
-    except Exception:  # an uninstalled checkout
-        return "0"

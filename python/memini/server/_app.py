@@ -163,6 +163,7 @@ class _McpRoute:
                 request.headers.get("authorization")
             )
         except MeminiError as e:
+            _LOG.warning("refused /mcp with 401: %s", e)
             await _meminierror(e)(scope, receive, send)
             return
         if self._service.draining:
@@ -336,7 +337,10 @@ def create_app(
             took[name] = time.perf_counter() - t0
             return 200, body
         except MeminiError as e:
-            return _meminierror_answer(e)
+            answer = _meminierror_answer(e)
+            if answer[0] in (401, 403):  # refusals are worth an operator's eye (no secret)
+                _LOG.warning("refused %s() with %d: %s", name, answer[0], e)
+            return answer
         except _BodyError as e:
             return _error_answer(e.status, "InvalidArgumentError", str(e))
         except Exception:
