@@ -266,9 +266,7 @@ def test_text_without_a_vector_is_refused_when_the_store_records_a_model(tmp_pat
         assert s.count("n") == 1
         assert s.get("n", "a").content == "alice drinks green tea"
         # the ways that do work: a vector, or a keyword-only row asked for
-        s.upsert(
-            Memory(id="b", namespace="n", content="bob", embedding=e.embed(["bob"])[0])
-        )
+        s.upsert(Memory(id="b", namespace="n", content="bob", embedding=e.embed(["bob"])[0]))
         s.upsert(Memory(id="c", namespace="n", content="carol", embedding=[]))
         s.update("n", "a", content="alice drinks black tea", embedding=e.embed(["x"])[0])
         s.update("n", "a", summary="tea")  # content unchanged: nothing to embed

@@ -381,6 +381,32 @@ def _post(url: str, method: str, body: bytes, key: str = ADMIN) -> httpx.Respons
             id="wrong-dims-embedding",
         ),
         pytest.param("upsert", '{"memory": "é"}'.encode("latin-1"), 400, id="not-utf8"),
+        pytest.param(
+            "upsert",
+            b'{"memory": {"id": "z", "namespace": "team/a", "content": "c", "metadata": '
+            + b'{"a": ' * 1000
+            + b"1"
+            + b"}" * 1000
+            + b"}}",
+            400,
+            id="metadata-1000-deep",
+        ),
+        pytest.param(
+            "count",
+            b'{"namespace": "team/a", "filter": {"metadata": '
+            + b'{"a": ' * 1000
+            + b"1"
+            + b"}" * 1000
+            + b"}}",
+            400,
+            id="filter-1000-deep",
+        ),
+        pytest.param(
+            "vector_search",
+            b'{"namespace": "team/a", "vector": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+            400,
+            id="vector-1000-deep",
+        ),
         pytest.param("no_such_method", b"{}", 404, id="unknown-method"),
         pytest.param("get", b'{"namespace": "team/a", "id": "nope"}', 404, id="not-found"),
     ],

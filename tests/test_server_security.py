@@ -6,6 +6,7 @@ Every test talks HTTP to a real server on 127.0.0.1."""
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -271,3 +272,54 @@ def test_backup_to_an_unwritable_path_is_a_400() -> None:
         pytest.raises(InvalidArgumentError, match="cannot create the backup directory"),
     ):
         store.backup("/proc/memini-backup-test")
+
+
+# ------------------------------------------------------------------------ /metrics
+
+
+def _active(url: str, headers: dict[str, str] | None = None) -> float:
+    text = httpx.get(f"{url}/metrics", headers=headers or {}).text
+    line = next(
+        x for x in text.splitlines() if x.startswith('memini_memories_active{tier="semantic"}')
+    )
+    return float(line.split()[-1])
+
+
+def test_a_scrape_never_walks_the_rows(tmp_path: Path) -> None:
+    """The live-row gauges are refreshed in the background every ``metrics_every`` seconds;
+    a scrape renders what is there (it walked every row on each scrape)."""
+    slow = ServerOptions(port=0, admin_key=ADMIN, mcp=False, metrics_every=3600)
+    server = Server.open(None, dims=4, options=slow)
+    url = server.start()
+    try:
+        assert _active(url) == 0
+        server.service.store.upsert(_mem("m", "ns", "one row", 1.0))
+        assert _active(url) == 0  # not refreshed by the scrape
+    finally:
+        server.stop()
+    fast = ServerOptions(port=0, admin_key=ADMIN, mcp=False, metrics_every=0.05)
+    server = Server.open(None, dims=4, options=fast)
+    url = server.start()
+    try:
+        server.service.store.upsert(_mem("m", "ns", "one row", 1.0))
+        deadline = time.monotonic() + 10
+        while _active(url) != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _active(url) == 1
+    finally:
+        server.stop()
+
+
+def test_metrics_may_require_the_admin_secret(tmp_path: Path) -> None:
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, metrics_admin_only=True)
+    server = Server.open(None, dims=4, options=opts)
+    server.service.store.put_api_key(APIKey("a", hash_api_key(KEY_A), home_ns="org/a"))
+    server.service.gate.keys_changed()
+    url = server.start()
+    try:
+        assert httpx.get(f"{url}/metrics").status_code == 401
+        key = {"authorization": f"Bearer {KEY_A}"}
+        assert httpx.get(f"{url}/metrics", headers=key).status_code == 403
+        assert _active(url, {"authorization": f"Bearer {ADMIN}"}) == 0
+    finally:
+        server.stop()

@@ -73,6 +73,7 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         mcp=not args.no_mcp,
         mcp_namespace=args.mcp_namespace,
         backup_dir=args.backup_dir,
+        metrics_admin_only=args.metrics_admin_only,
     )
     server = _open(args, options)
     err.print(f"memini: serving {shown_location(args.store)} at {server.url}", markup=False)
@@ -138,6 +139,11 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
         "--event-keep-max", type=int, default=0, help="keep at most this many event rows (0: all)"
     )
     sp.add_argument("--no-mcp", action="store_true", help="do not serve MCP at /mcp")
+    sp.add_argument(
+        "--metrics-admin-only",
+        action="store_true",
+        help="/metrics needs the admin secret (default: open, as Prometheus scrapes expect)",
+    )
     sp.add_argument(
         "--backup-dir",
         metavar="DIR",

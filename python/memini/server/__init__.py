@@ -58,6 +58,8 @@ class ServerOptions:
             its own ``default_ns`` or ``home_ns``).
         drain_timeout: Seconds SIGTERM waits for calls in flight.
         backup_dir: The directory served ``backup`` calls write below (None: refused).
+        metrics_every: Seconds between refreshes of the live-row gauges of ``/metrics``.
+        metrics_admin_only: ``/metrics`` needs the admin secret.
     """
 
     host: str = "127.0.0.1"
@@ -72,6 +74,8 @@ class ServerOptions:
     mcp_namespace: str = "default"
     drain_timeout: float = 30.0
     backup_dir: str | os.PathLike[str] | None = None
+    metrics_every: float = 15.0
+    metrics_admin_only: bool = False
 
 
 class _Uvicorn(uvicorn.Server):
@@ -133,6 +137,8 @@ class Server:
             registry=self.registry,
             mcp=mcp,
             version=memini.__version__,
+            metrics_every=opts.metrics_every,
+            metrics_admin_only=opts.metrics_admin_only,
         )
         self._sock: socket.socket | None = None
         self._uvicorn: _Uvicorn | None = None
