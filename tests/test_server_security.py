@@ -6,6 +6,7 @@ Every test talks HTTP to a real server on 127.0.0.1."""
 from __future__ import annotations
 
 import inspect
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -323,3 +324,91 @@ def test_metrics_may_require_the_admin_secret(tmp_path: Path) -> None:
         assert _active(url, {"authorization": f"Bearer {ADMIN}"}) == 0
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------------ slow clients
+
+
+def _slow_header(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/count HTTP/1.1\r\nhost: x\r\n")  # and never the rest
+    return sock
+
+
+def test_slow_headers_are_cut_off_and_connections_capped() -> None:
+    """1,100 connections sending their headers slowly made every normal request fail."""
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, header_timeout=0.5, max_connections=16)
+    server = Server.open(None, dims=4, options=opts)
+    url = server.start()
+    try:
+        slow = [_slow_header(server.port) for _ in range(16)]
+        # over the cap: answered at once (503), never left hanging
+        r = httpx.post(f"{url}/v1/ping", json={}, headers={"authorization": f"Bearer {ADMIN}"})
+        assert r.status_code == 503
+        for sock in slow:  # each is closed once its headers are late
+            sock.settimeout(10)
+            assert sock.recv(100) == b""
+            sock.close()
+        with memini.connect(url, api_key=ADMIN, retry_for=0) as admin:
+            admin.ping()
+    finally:
+        server.stop()
+
+
+def test_mcp_bodies_have_the_same_limits(tmp_path: Path) -> None:
+    opts = ServerOptions(port=0, admin_key=ADMIN, max_body=1000, body_timeout=0.5)
+    server = Server.open(None, dims=4, options=opts)
+    url = server.start()
+    headers = {
+        "authorization": f"Bearer {ADMIN}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+    }
+    try:
+        r = httpx.post(f"{url}/mcp", content=b"x" * 2000, headers=headers)
+        assert r.status_code == 413
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            head = (
+                f"POST /mcp HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN}\r\n"
+                "content-type: application/json\r\ncontent-length: 500\r\n\r\n{"
+            )
+            sock.sendall(head.encode())  # and the rest of the body never comes
+            sock.settimeout(10)
+            assert b" 408 " in sock.recv(1000).split(b"\r\n")[0] + b" "
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------------ the log's size
+
+
+def test_a_served_query_is_stored_once_per_call(served: Server, tmp_path: Path) -> None:
+    """A 1 MB query was stored on every row of a call (one keyword_search grew the meta
+    database by ~100 MB): now once, in event_queries, and read back on every row."""
+    query = "tea " + "x" * 3000
+    with memini.connect(served.url, api_key=ADMIN, retry_for=0) as admin:
+        admin.upsert_many([_mem(f"t{i}", "org/a", f"tea number {i}", 1.0) for i in range(8)])
+        hits = admin.keyword_search("org/a", query, k=5)
+        assert len(hits) == 5
+    assert served.service.recorder is not None
+    served.service.recorder.flush()
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "store" / "meta.sqlite3")
+    try:
+        stored = db.execute("SELECT sum(length(query)) FROM events").fetchone()[0]
+        once = db.execute("SELECT count(*), sum(length(query)) FROM event_queries").fetchone()
+    finally:
+        db.close()
+    assert stored == 0 and once == (1, len(query))
+    with memini.connect(served.url, api_key=ADMIN, retry_for=0) as admin:
+        rows = admin.list_events(EventFilter(namespace="org/a", kinds=[EventKind.RECALL]))
+        assert len(rows) == 5 and all(e.query == query for e in rows)
+        found = admin.list_events(EventFilter(text="TEA XXX"))  # the text filter sees it
+        assert {e.op_id for e in found} == {rows[0].op_id}
+
+
+def test_the_event_log_is_capped_by_default() -> None:
+    opts = ServerOptions()
+    assert 0 < opts.event_keep_max <= 10_000_000
+    assert opts.event_retention is not None

@@ -50,7 +50,7 @@ from memini.types import (
 
 if TYPE_CHECKING:  # memini.postgres imports psycopg: only Store.open of a URL loads it
     from memini._core import FilterSpec
-    from memini.events import EventRow
+    from memini.events import EventRow, OpQueryRow
     from memini.postgres import PgEngine, PgMeta
 
 __all__ = ["Store"]
@@ -1280,11 +1280,14 @@ class Store:
         self._check()
         self._meta.append_events(events)
 
-    def _append_event_rows(self, rows: builtins.list[EventRow]) -> None:
+    def _append_event_rows(
+        self, rows: builtins.list[EventRow], queries: Sequence[OpQueryRow] = ()
+    ) -> None:
         """`append_events` of rows built by `memini.events.event_row` from values known
-        valid (the server's log of served calls: no `Event` per row, no second check)."""
+        valid (the server's log of served calls: no `Event` per row, no second check), the
+        query of each operation given once (`memini.events.op_query`)."""
         self._check()
-        self._meta.append_event_rows(rows)
+        self._meta.append_event_rows(rows, queries)
 
     def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]:
         """Events newest first (created_at desc, id desc), as API.md's EventFilter selects."""

@@ -74,6 +74,7 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         mcp_namespace=args.mcp_namespace,
         backup_dir=args.backup_dir,
         metrics_admin_only=args.metrics_admin_only,
+        max_connections=args.max_connections,
     )
     server = _open(args, options)
     err.print(f"memini: serving {shown_location(args.store)} at {server.url}", markup=False)
@@ -128,6 +129,12 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
     sp.add_argument(
         "--max-body", type=positive, default=64 << 20, help="largest request body, bytes (64 MiB)"
     )
+    sp.add_argument(
+        "--max-connections",
+        type=positive,
+        default=2048,
+        help="open connections at once, more are answered 503 (2048; keep below ulimit -n)",
+    )
     sp.add_argument("--no-events", action="store_true", help="do not log served calls")
     sp.add_argument(
         "--event-retention-days",
@@ -136,7 +143,10 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
         help="prune event rows older than this many days (30; 0 = keep by age)",
     )
     sp.add_argument(
-        "--event-keep-max", type=int, default=0, help="keep at most this many event rows (0: all)"
+        "--event-keep-max",
+        type=int,
+        default=1_000_000,
+        help="keep at most this many event rows (1,000,000; 0: no cap)",
     )
     sp.add_argument("--no-mcp", action="store_true", help="do not serve MCP at /mcp")
     sp.add_argument(

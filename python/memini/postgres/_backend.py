@@ -953,12 +953,14 @@ class PgMeta:
     def append_events(self, events: Iterable[Event]) -> None:
         self.append_event_rows(ev.prepare_events(events))
 
-    def append_event_rows(self, rows: Sequence[ev.EventRow]) -> None:
+    def append_event_rows(
+        self, rows: Sequence[ev.EventRow], queries: Sequence[ev.OpQueryRow] = ()
+    ) -> None:
         if not rows:
             self.ping()
             return
         with self._p.tx() as conn:
-            _meta.append_events(conn, rows)
+            _meta.append_events(conn, ev.inline_queries(rows, queries) if queries else rows)
 
     def import_events(self, events: Sequence[Event], *, next_id: int = 0) -> None:
         rows = ev.prepare_imported_events(events)

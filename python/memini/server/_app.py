@@ -150,12 +150,15 @@ def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
 
 
 class _McpRoute:
-    """``/mcp``: the caller authenticated like any request, then handed to the MCP
-    transport with its `Principal` in the request state (the tools read it there)."""
+    """``/mcp``: the caller authenticated like any request, its body read under the same
+    size and arrival-time limits as a REST call's, then handed to the MCP transport with
+    its `Principal` in the request state (the tools read it there)."""
 
-    def __init__(self, service: Service, mcp: Any) -> None:
+    def __init__(self, service: Service, mcp: Any, max_body: int, body_timeout: float) -> None:
         self._service = service
         self._mcp = mcp
+        self._max_body = max_body
+        self._body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -173,7 +176,34 @@ class _McpRoute:
             )
             return
         scope.setdefault("state", {})["memini_principal"] = principal
+        if scope["method"] == "POST":
+            try:
+                raw = await _body(
+                    receive,
+                    request.headers.get("content-length", "").encode() or None,
+                    self._max_body,
+                    self._body_timeout,
+                )
+            except _BodyError as e:
+                await _error(e.status, "InvalidArgumentError", str(e))(scope, receive, send)
+                return
+            receive = _replay(raw, receive)
         await self._mcp.handle(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` (read already) once, then what ``receive`` gives
+    (the client's disconnect)."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 # The argument holding the memories of a write: a memory sent without an ``id`` (or with
@@ -432,7 +462,13 @@ def create_app(
         Route("/v1/{method}", call, methods=["POST"]),
     ]
     if mcp is not None:
-        routes.append(Route("/mcp", _McpRoute(service, mcp), methods=["GET", "POST", "DELETE"]))
+        routes.append(
+            Route(
+                "/mcp",
+                _McpRoute(service, mcp, max_body, body_timeout),
+                methods=["GET", "POST", "DELETE"],
+            )
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
