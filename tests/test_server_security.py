@@ -412,3 +412,31 @@ def test_the_event_log_is_capped_by_default() -> None:
     opts = ServerOptions()
     assert 0 < opts.event_keep_max <= 10_000_000
     assert opts.event_retention is not None
+
+
+# ------------------------------------------------------------------------ ids
+
+
+def test_a_taken_id_is_a_409_that_names_no_other_namespace(served: Server) -> None:
+    body = {"memory": {"id": "b1", "namespace": "org/a", "content": "mine now?"}}
+    r = _post(served.url, "upsert", body, KEY_A)
+    assert r.status_code == 409
+    message = r.json()["error"]["message"]
+    assert "org/b" not in message and "bob" not in message
+
+
+def test_the_server_makes_ids_for_memories_sent_without_one(served: Server) -> None:
+    """A caller that wants no signal of which ids other tenants hold picks none."""
+    r = _post(served.url, "upsert", {"memory": {"namespace": "org/a", "content": "x"}}, KEY_A)
+    assert r.status_code == 200
+    new = r.json()
+    assert isinstance(new, str) and new
+    many = {"memories": [{"namespace": "org/a", "content": f"y{i}"} for i in range(3)]}
+    assert _post(served.url, "upsert_many", many, KEY_A).json() == 3
+    with memini.connect(served.url, api_key=KEY_A, retry_for=0) as key:
+        assert key.get("org/a", new).content == "x"
+        assert key.count("org/a") == 1 + 1 + 3
+        # an explicit empty id stays refused, as by the embedded store
+        with pytest.raises(InvalidArgumentError):
+            key.upsert(Memory(id="", namespace="org/a", content="z"))
+        assert key.upsert(Memory(id="given", namespace="org/a", content="z")) is None

@@ -206,9 +206,10 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-# The argument holding the memories of a write: a memory sent without an ``id`` (or with
-# ``""``) gets a new one from the server (`new_id`), so a caller that wants no signal of
-# which ids other tenants took (a 409) need not pick any; ``upsert`` answers the id.
+# The argument holding the memories of a write: a memory sent without an ``id`` field gets
+# a new one from the server (`new_id`; ``""`` stays refused, as by `Store`), so a caller
+# that wants no signal of which ids other tenants took (a 409) need not pick any;
+# ``upsert`` answers the id.
 _NEW_IDS: Final = {"upsert": "memory", "upsert_many": "memories"}
 
 
@@ -226,7 +227,7 @@ def _args(method: wire.Method, raw: bytes) -> dict[str, Any]:
     if slot is not None and isinstance(data, dict):
         given = data.get(slot)
         for m in given if isinstance(given, list) else [given]:
-            if isinstance(m, dict) and m.get("id", "") == "":
+            if isinstance(m, dict) and "id" not in m:
                 m["id"] = new_id()
     return method.decode_args(data)
 
