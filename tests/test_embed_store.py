@@ -273,9 +273,10 @@ def test_text_without_a_vector_is_refused_when_the_store_records_a_model(tmp_pat
         assert s.get_embedding("n", "c") is None
     with Store.open(tmp_path / "plain", dims=4) as s:  # no model recorded: as before
         s.upsert(Memory(id="k", namespace="n", content="keyword-only row"))
-        s.set_embed_model("some-model")  # from now on it has one
-        with pytest.raises(InvalidArgumentError, match="some-model"):
-            s.upsert(Memory(id="l", namespace="n", content="text"))
+        s.set_embed_model("some-model")  # this open's own writes stay as they were asked
+        s.upsert(Memory(id="l", namespace="n", content="text"))
+    with Store.open(tmp_path / "plain") as s, pytest.raises(InvalidArgumentError, match="some"):
+        s.upsert(Memory(id="m", namespace="n", content="text"))
 
 
 @needs_weights

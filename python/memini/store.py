@@ -236,6 +236,15 @@ def _embedder_dims(embedder: object, dims: int | None) -> int:
     return e_dims
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False where the OS cannot say (e.g. a name too long, which
+    the core then reports in its own words)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def _embedder_metric(embedder: object) -> str:
     """The metric of a new store opened with ``embedder`` and no ``metric``: the embedder's
     ``metric`` attribute when it has one, else ``"cos"`` (text embedding models are compared
@@ -455,7 +464,7 @@ class Store:
                 embedder, asked_dims, lambda: open_backend(url, dims, metric, new_metric)
             )
         else:
-            fresh = p is None or not (p / "rows.redb").exists()
+            fresh = p is None or not _exists(p / "rows.redb")
             engine = _embedder_fits(
                 embedder,
                 asked_dims,
@@ -659,8 +668,8 @@ class Store:
         """With an embedder, fill ``embedding`` of the rows that have none from their content
         (blank content stays keyword-only), in one ``embed`` call.
 
-        Without one, a store recording an embed model refuses a row whose text would be
-        stored with no vector unasked (``given[i]``: row i's embedding was passed; an empty
+        Without one, a store that recorded an embed model before this open refuses a row
+        whose text would be stored with no vector unasked (``given[i]``: row i's embedding was passed; an empty
         one asks for a keyword-only row): recall by meaning would never find it.
 
         Raises:
@@ -852,8 +861,6 @@ class Store:
         """Record the name of the embedding model the vectors come from."""
         self._check()
         self._engine.set_embed_model(_text(model, "model"))
-        if self._embedder is None:
-            self._needs_vectors_of = model
 
     # ------------------------------------------------------------------ memories: reads
 
