@@ -669,8 +669,9 @@ class Store:
         (blank content stays keyword-only), in one ``embed`` call.
 
         Without one, a store that recorded an embed model before this open refuses a row
-        whose text would be stored with no vector unasked (``given[i]``: row i's embedding was passed; an empty
-        one asks for a keyword-only row): recall by meaning would never find it.
+        whose text would be stored with no vector unasked (``given[i]``: row i's embedding
+        was passed; an empty one asks for a keyword-only row): recall by meaning would never
+        find it.
 
         Raises:
             InvalidArgumentError: Such a row, naming the fix.
