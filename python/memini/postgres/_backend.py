@@ -32,7 +32,6 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +69,7 @@ from memini.postgres._rows import (
     write_values,
 )
 from memini.postgres._schema import HNSW_MAX_DIMS, OPERATORS, migrate
+from memini.store import shown_location
 from memini.types import (
     APIKey,
     Event,
@@ -110,13 +110,9 @@ _UPSERT: Final = (
 
 
 def safe_url(url: str) -> str:
-    """The URL without its password, for messages and ``repr``."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """The URL without its password, for messages and ``repr``
+    (`memini.store.shown_location`)."""
+    return shown_location(url)
 
 
 def _translate(exc: psycopg.Error | psycopg_pool.PoolTimeout) -> MeminiError:
@@ -193,8 +189,11 @@ class _Pool:
             self.pool.close()
 
 
-def open_backend(url: str, dims: int | None, metric: str | None) -> tuple[PgEngine, PgMeta]:
-    """Connect, create or upgrade the schema, and check dims/metric.
+def open_backend(
+    url: str, dims: int | None, metric: str | None, new_metric: str = "l2"
+) -> tuple[PgEngine, PgMeta]:
+    """Connect, create or upgrade the schema, and check dims/metric (``metric=None``:
+    ``new_metric`` for a new store, the stored one otherwise).
 
     Raises:
         UnavailableError: The server cannot be reached.
@@ -203,7 +202,7 @@ def open_backend(url: str, dims: int | None, metric: str | None) -> tuple[PgEngi
     """
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=30) as conn:
-            stored_dims, stored_metric = migrate(conn, dims, metric)
+            stored_dims, stored_metric = migrate(conn, dims, metric, new_metric)
     except psycopg.Error as e:
         raise _translate(e) from None
     pool = _Pool(url)
@@ -954,12 +953,14 @@ class PgMeta:
     def append_events(self, events: Iterable[Event]) -> None:
         self.append_event_rows(ev.prepare_events(events))
 
-    def append_event_rows(self, rows: Sequence[ev.EventRow]) -> None:
+    def append_event_rows(
+        self, rows: Sequence[ev.EventRow], queries: Sequence[ev.OpQueryRow] = ()
+    ) -> None:
         if not rows:
             self.ping()
             return
         with self._p.tx() as conn:
-            _meta.append_events(conn, rows)
+            _meta.append_events(conn, ev.inline_queries(rows, queries) if queries else rows)
 
     def import_events(self, events: Sequence[Event], *, next_id: int = 0) -> None:
         rows = ev.prepare_imported_events(events)
