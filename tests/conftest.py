@@ -112,7 +112,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
 
     ``remote``: an in-memory store served by `memini.server.Server` on 127.0.0.1 (a free
     port, uvicorn in a thread, the admin secret `ADMIN`, no event log of served calls: the
-    tests read the log) and a `RemoteStore` connected to it as admin; one server per store.
+    tests read the log, served backups below the test's ``tmp_path``) and a `RemoteStore`
+    connected to it as admin; one server per store.
     Stores and servers it opened are closed at teardown.
     """
     from memini import Store
@@ -129,7 +130,10 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
             import memini
             from memini.server import Server, ServerOptions
 
-            options = ServerOptions(port=0, admin_key=ADMIN, mcp=False, events=False)
+            # backups below the test's own directory, as the suite's backup tests write
+            options = ServerOptions(
+                port=0, admin_key=ADMIN, mcp=False, events=False, backup_dir=tmp_path
+            )
             server = Server.open(None, dims=dims, metric=metric, options=options)
             servers.append(server)
             s = memini.connect(server.start(), api_key=ADMIN, retry_for=0)

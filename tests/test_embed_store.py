@@ -217,3 +217,96 @@ def test_cli_embedder_option() -> None:
     for bad in ("openai:http://x", "minilm", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="use local, openai"):
             embedder_arg(bad)
+
+
+class _IpEmbedder(LetterEmbedder):
+    metric = "ip"
+
+
+@pytest.mark.parametrize(
+    ("embedder", "metric"),
+    [
+        pytest.param(LetterEmbedder(), "cos", id="text-models-default-to-cos"),
+        pytest.param(_IpEmbedder(), "ip", id="the-embedders-own-metric"),
+    ],
+)
+def test_a_new_store_takes_the_embedders_metric(
+    where: Path | None, embedder: LetterEmbedder, metric: str
+) -> None:
+    """A store opened with an embedder and no metric was created l2 forever (and the
+    LangGraph adapter then refused it)."""
+    with Store.open(where, embedder=embedder) as s:
+        assert s.stats()["metric"] == metric
+    if where is not None:
+        with Store.open(where, embedder=embedder) as s:  # a reopen keeps it
+            assert s.stats()["metric"] == metric
+        with Store.open(where) as s:
+            assert s.stats()["metric"] == metric
+
+
+def test_an_explicit_metric_still_wins(where: Path | None) -> None:
+    with Store.open(where, metric="l2", embedder=LetterEmbedder()) as s:
+        assert s.stats()["metric"] == "l2"
+
+
+def test_text_without_a_vector_is_refused_when_the_store_records_a_model(tmp_path: Path) -> None:
+    """Opened without an embedder, a store whose vectors come from a model stored text with
+    no vector, silently: recall by meaning never found it."""
+    e = LetterEmbedder()
+    with Store.open(tmp_path, embedder=e) as s:
+        s.upsert(Memory(id="a", namespace="n", content="alice drinks green tea"))
+    with Store.open(tmp_path) as s:
+        for write in (
+            lambda: s.upsert(Memory(id="b", namespace="n", content="bob likes coffee")),
+            lambda: s.upsert_many([Memory(id="b", namespace="n", content="bob likes coffee")]),
+            lambda: s.update("n", "a", content="alice drinks black tea"),
+        ):
+            with pytest.raises(InvalidArgumentError, match=r"embedder=.*embedding="):
+                write()
+        assert s.count("n") == 1
+        assert s.get("n", "a").content == "alice drinks green tea"
+        # the ways that do work: a vector, or a keyword-only row asked for
+        s.upsert(Memory(id="b", namespace="n", content="bob", embedding=e.embed(["bob"])[0]))
+        s.upsert(Memory(id="c", namespace="n", content="carol", embedding=[]))
+        s.update("n", "a", content="alice drinks black tea", embedding=e.embed(["x"])[0])
+        s.update("n", "a", summary="tea")  # content unchanged: nothing to embed
+        assert s.get_embedding("n", "c") is None
+    with Store.open(tmp_path / "plain", dims=4) as s:  # no model recorded: as before
+        s.upsert(Memory(id="k", namespace="n", content="keyword-only row"))
+        s.set_embed_model("some-model")  # this open's own writes stay as they were asked
+        s.upsert(Memory(id="l", namespace="n", content="text"))
+    with Store.open(tmp_path / "plain") as s, pytest.raises(InvalidArgumentError, match="some"):
+        s.upsert(Memory(id="m", namespace="n", content="text"))
+
+
+@needs_weights
+def test_a_store_of_the_local_model_embeds_without_being_told(tmp_path: Path) -> None:
+    with Store.open(tmp_path, embedder=LocalEmbedder()) as s:
+        s.upsert(Memory(id="tea", namespace="n", content="Alice drinks green tea"))
+    with Store.open(tmp_path) as s:  # no embedder= : the recorded local model
+        s.upsert(Memory(id="bug", namespace="n", content="debugging a memory leak"))
+        assert s.get_embedding("n", "bug") is not None
+        hits = s.recall("n", "what beverage does she like?", k=1)
+        assert hits[0].memory.id == "tea" and hits[0].vector_score is not None
+
+
+def test_an_embedder_of_other_dims_is_told_what_to_do(tmp_path: Path) -> None:
+    with Store.open(tmp_path, embedder=LetterEmbedder("model-a", dims=16)):
+        pass
+    with pytest.raises(DimensionMismatchError) as e:
+        Store.open(tmp_path, embedder=LetterEmbedder("model-b", dims=8))
+    message = str(e.value)
+    assert "model-b" in message and "8-d" in message and "dims=None" not in message
+
+
+def test_a_wrong_length_embedding_is_not_told_to_reopen_the_store(tmp_path: Path) -> None:
+    with Store.open(tmp_path, dims=4) as s:
+        s.upsert(Memory(id="a", namespace="n", content="x", embedding=[1, 2, 3, 4]))
+        for write in (
+            lambda: s.update("n", "a", embedding=[1, 2, 3]),
+            lambda: s.upsert(Memory(id="b", namespace="n", content="x", embedding=[1, 2, 3])),
+        ):
+            with pytest.raises(DimensionMismatchError) as e:
+                write()
+            assert "open the store with" not in str(e.value)
+            assert "store expects 4" in str(e.value)

@@ -637,3 +637,28 @@ def test_import_memini_does_not_import_langgraph() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_an_item_scores_by_its_best_field_as_in_langgraph(open_lg: OpenLG) -> None:
+    """LangGraph embeds each field path on its own and scores an item by its best field:
+    an item matching one field exactly scores 1.0 (it scored 0.63 with the fields' texts
+    fused by recall), and the ranking and scores are InMemoryStore's."""
+    from langgraph.store.memory import InMemoryStore
+
+    index = {**H.index(), "fields": ["title", "body"]}
+    lg = open_lg(index=index)
+    oracle = InMemoryStore(index=index)  # type: ignore[arg-type]
+    items = {
+        "1": {"title": "red apple", "body": "green sky dog"},
+        "2": {"title": "blue car", "body": "red dog"},
+        "3": {"title": "dog", "body": "apple car sky"},
+    }
+    for store in (lg, oracle):
+        for key, value in items.items():
+            store.put(("u",), key, value)
+    for query in ("red dog", "apple car sky", "blue", "green sky dog"):
+        got = [(r.key, r.score) for r in lg.search(("u",), query=query)]
+        want = [(r.key, r.score) for r in oracle.search(("u",), query=query)]
+        assert [k for k, _ in got] == [k for k, _ in want], query
+        assert got[0][1] == pytest.approx(want[0][1], abs=1e-6), query
+    assert lg.search(("u",), query="apple car sky")[0].score == pytest.approx(1.0, abs=1e-6)

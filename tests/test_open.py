@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -295,6 +296,25 @@ def test_path_that_cannot_be_a_directory_is_refused(
     with Store.open(None, dims=4) as s, pytest.raises(InvalidArgumentError, match=backup_match):
         s.backup(path)
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_an_unwritable_directory_raises_with_the_os_error_as_cause(tmp_path: Path) -> None:
+    """A storage failure is a MeminiError whose __cause__ is the OSError of its errno, so a
+    caller tells a refused permission from a full disk without reading the message."""
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        # root ignores permission bits: then a directory of sysfs, which refuses everyone
+        writable = os.access(ro, os.W_OK)
+        path = Path("/sys/memini-test-store") if writable else ro / "store"
+        with pytest.raises(memini.MeminiError) as raised:
+            Store.open(path, dims=4)
+    finally:
+        ro.chmod(0o755)
+    assert type(raised.value) is memini.MeminiError
+    assert isinstance(raised.value.__cause__, PermissionError)
+    assert raised.value.__cause__.errno in {errno.EACCES, errno.EPERM}
 
 
 def test_dot_is_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -204,10 +204,11 @@ def test_admin_may_do_everything(admin: memini.RemoteStore) -> None:
 def test_open_access_only_on_loopback_without_keys(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    server = Server.open(None, dims=4, options=ServerOptions(port=0, mcp=False))
+    assert "WITHOUT authentication" not in caplog.text  # said when the socket opens
     with caplog.at_level(logging.WARNING, "memini.server"):
-        server = Server.open(None, dims=4, options=ServerOptions(port=0, mcp=False))
+        url = server.start()
     assert "WITHOUT authentication" in caplog.text
-    url = server.start()
     try:
         with memini.connect(url) as s:
             s.upsert(mem("x", "ns"))
@@ -380,6 +381,32 @@ def _post(url: str, method: str, body: bytes, key: str = ADMIN) -> httpx.Respons
             id="wrong-dims-embedding",
         ),
         pytest.param("upsert", '{"memory": "é"}'.encode("latin-1"), 400, id="not-utf8"),
+        pytest.param(
+            "upsert",
+            b'{"memory": {"id": "z", "namespace": "team/a", "content": "c", "metadata": '
+            + b'{"a": ' * 1000
+            + b"1"
+            + b"}" * 1000
+            + b"}}",
+            400,
+            id="metadata-1000-deep",
+        ),
+        pytest.param(
+            "count",
+            b'{"namespace": "team/a", "filter": {"metadata": '
+            + b'{"a": ' * 1000
+            + b"1"
+            + b"}" * 1000
+            + b"}}",
+            400,
+            id="filter-1000-deep",
+        ),
+        pytest.param(
+            "vector_search",
+            b'{"namespace": "team/a", "vector": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+            400,
+            id="vector-1000-deep",
+        ),
         pytest.param("no_such_method", b"{}", 404, id="unknown-method"),
         pytest.param("get", b'{"namespace": "team/a", "id": "nope"}', 404, id="not-found"),
     ],

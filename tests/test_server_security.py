@@ -6,6 +6,8 @@ Every test talks HTTP to a real server on 127.0.0.1."""
 from __future__ import annotations
 
 import inspect
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -271,3 +273,170 @@ def test_backup_to_an_unwritable_path_is_a_400() -> None:
         pytest.raises(InvalidArgumentError, match="cannot create the backup directory"),
     ):
         store.backup("/proc/memini-backup-test")
+
+
+# ------------------------------------------------------------------------ /metrics
+
+
+def _active(url: str, headers: dict[str, str] | None = None) -> float:
+    text = httpx.get(f"{url}/metrics", headers=headers or {}).text
+    line = next(
+        x for x in text.splitlines() if x.startswith('memini_memories_active{tier="semantic"}')
+    )
+    return float(line.split()[-1])
+
+
+def test_a_scrape_never_walks_the_rows(tmp_path: Path) -> None:
+    """The live-row gauges are refreshed in the background every ``metrics_every`` seconds;
+    a scrape renders what is there (it walked every row on each scrape)."""
+    slow = ServerOptions(port=0, admin_key=ADMIN, mcp=False, metrics_every=3600)
+    server = Server.open(None, dims=4, options=slow)
+    url = server.start()
+    try:
+        assert _active(url) == 0
+        server.service.store.upsert(_mem("m", "ns", "one row", 1.0))
+        assert _active(url) == 0  # not refreshed by the scrape
+    finally:
+        server.stop()
+    fast = ServerOptions(port=0, admin_key=ADMIN, mcp=False, metrics_every=0.05)
+    server = Server.open(None, dims=4, options=fast)
+    url = server.start()
+    try:
+        server.service.store.upsert(_mem("m", "ns", "one row", 1.0))
+        deadline = time.monotonic() + 10
+        while _active(url) != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _active(url) == 1
+    finally:
+        server.stop()
+
+
+def test_metrics_may_require_the_admin_secret(tmp_path: Path) -> None:
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, metrics_admin_only=True)
+    server = Server.open(None, dims=4, options=opts)
+    server.service.store.put_api_key(APIKey("a", hash_api_key(KEY_A), home_ns="org/a"))
+    server.service.gate.keys_changed()
+    url = server.start()
+    try:
+        assert httpx.get(f"{url}/metrics").status_code == 401
+        key = {"authorization": f"Bearer {KEY_A}"}
+        assert httpx.get(f"{url}/metrics", headers=key).status_code == 403
+        assert _active(url, {"authorization": f"Bearer {ADMIN}"}) == 0
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------------ slow clients
+
+
+def _slow_header(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/count HTTP/1.1\r\nhost: x\r\n")  # and never the rest
+    return sock
+
+
+def test_slow_headers_are_cut_off_and_connections_capped() -> None:
+    """1,100 connections sending their headers slowly made every normal request fail."""
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, header_timeout=0.5, max_connections=16)
+    server = Server.open(None, dims=4, options=opts)
+    url = server.start()
+    try:
+        slow = [_slow_header(server.port) for _ in range(16)]
+        # over the cap: answered at once (503), never left hanging
+        r = httpx.post(f"{url}/v1/ping", json={}, headers={"authorization": f"Bearer {ADMIN}"})
+        assert r.status_code == 503
+        for sock in slow:  # each is closed once its headers are late
+            sock.settimeout(10)
+            assert sock.recv(100) == b""
+            sock.close()
+        with memini.connect(url, api_key=ADMIN, retry_for=0) as admin:
+            admin.ping()
+    finally:
+        server.stop()
+
+
+def test_mcp_bodies_have_the_same_limits(tmp_path: Path) -> None:
+    opts = ServerOptions(port=0, admin_key=ADMIN, max_body=1000, body_timeout=0.5)
+    server = Server.open(None, dims=4, options=opts)
+    url = server.start()
+    headers = {
+        "authorization": f"Bearer {ADMIN}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+    }
+    try:
+        r = httpx.post(f"{url}/mcp", content=b"x" * 2000, headers=headers)
+        assert r.status_code == 413
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            head = (
+                f"POST /mcp HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN}\r\n"
+                "content-type: application/json\r\ncontent-length: 500\r\n\r\n{"
+            )
+            sock.sendall(head.encode())  # and the rest of the body never comes
+            sock.settimeout(10)
+            assert b" 408 " in sock.recv(1000).split(b"\r\n")[0] + b" "
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------------ the log's size
+
+
+def test_a_served_query_is_stored_once_per_call(served: Server, tmp_path: Path) -> None:
+    """A 1 MB query was stored on every row of a call (one keyword_search grew the meta
+    database by ~100 MB): now once, in event_queries, and read back on every row."""
+    query = "tea " + "x" * 3000
+    with memini.connect(served.url, api_key=ADMIN, retry_for=0) as admin:
+        admin.upsert_many([_mem(f"t{i}", "org/a", f"tea number {i}", 1.0) for i in range(8)])
+        hits = admin.keyword_search("org/a", query, k=5)
+        assert len(hits) == 5
+    assert served.service.recorder is not None
+    served.service.recorder.flush()
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "store" / "meta.sqlite3")
+    try:
+        stored = db.execute("SELECT sum(length(query)) FROM events").fetchone()[0]
+        once = db.execute("SELECT count(*), sum(length(query)) FROM event_queries").fetchone()
+    finally:
+        db.close()
+    assert stored == 0 and once == (1, len(query))
+    with memini.connect(served.url, api_key=ADMIN, retry_for=0) as admin:
+        rows = admin.list_events(EventFilter(namespace="org/a", kinds=[EventKind.RECALL]))
+        assert len(rows) == 5 and all(e.query == query for e in rows)
+        found = admin.list_events(EventFilter(text="TEA XXX"))  # the text filter sees it
+        assert {e.op_id for e in found} == {rows[0].op_id}
+
+
+def test_the_event_log_is_capped_by_default() -> None:
+    opts = ServerOptions()
+    assert 0 < opts.event_keep_max <= 10_000_000
+    assert opts.event_retention is not None
+
+
+# ------------------------------------------------------------------------ ids
+
+
+def test_a_taken_id_is_a_409_that_names_no_other_namespace(served: Server) -> None:
+    body = {"memory": {"id": "b1", "namespace": "org/a", "content": "mine now?"}}
+    r = _post(served.url, "upsert", body, KEY_A)
+    assert r.status_code == 409
+    message = r.json()["error"]["message"]
+    assert "org/b" not in message and "bob" not in message
+
+
+def test_the_server_makes_ids_for_memories_sent_without_one(served: Server) -> None:
+    """A caller that wants no signal of which ids other tenants hold picks none."""
+    r = _post(served.url, "upsert", {"memory": {"namespace": "org/a", "content": "x"}}, KEY_A)
+    assert r.status_code == 200
+    new = r.json()
+    assert isinstance(new, str) and new
+    many = {"memories": [{"namespace": "org/a", "content": f"y{i}"} for i in range(3)]}
+    assert _post(served.url, "upsert_many", many, KEY_A).json() == 3
+    with memini.connect(served.url, api_key=KEY_A, retry_for=0) as key:
+        assert key.get("org/a", new).content == "x"
+        assert key.count("org/a") == 1 + 1 + 3
+        # an explicit empty id stays refused, as by the embedded store
+        with pytest.raises(InvalidArgumentError):
+            key.upsert(Memory(id="", namespace="org/a", content="z"))
+        assert key.upsert(Memory(id="given", namespace="org/a", content="z")) is None

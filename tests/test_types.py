@@ -944,8 +944,8 @@ def test_embedding_to_array_none_or_empty_is_no_vector(value: object) -> None:
         pytest.param(
             [0.0] * 383,
             DimensionMismatchError,
-            r"^embedding has 383 dims, store expects 4 \(open the store with dims=383 or "
-            r"re-embed\)$",
+            r"^embedding has 383 dims, store expects 4 \(embed it with the store's model; "
+            r"383-d vectors belong in a store of their own\)$",
             id="too-long",
         ),
         pytest.param([1.0], DimensionMismatchError, "has 1 dims, store expects 4", id="too-short"),

@@ -5,6 +5,7 @@ Memories (facts, episodes, procedures) live in namespaces and are recalled by me
 Rust core. See `Store`.
 """
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from memini.errors import (
@@ -42,6 +43,12 @@ from memini.types import (
     new_id,
     normalize_content,
 )
+
+try:
+    __version__: str = _metadata.version("memini")
+    """The installed package's version."""
+except _metadata.PackageNotFoundError:  # a source checkout that was never installed
+    __version__ = "0+unknown"
 
 if TYPE_CHECKING:  # imported on first use: `import memini` stays free of httpx
     from memini.client import RemoteStore, connect
@@ -85,6 +92,7 @@ __all__ = [
     "StoreLockedError",
     "Tier",
     "UnavailableError",
+    "__version__",
     "connect",
     "fingerprint",
     "grow_confidence",

@@ -251,9 +251,11 @@ def _pairs(value: object, what: str) -> list[tuple[str, str]]:
     for k, v in value.items():
         key = check_text(k, f"{what} key")
         if not isinstance(v, str):
+            # a scalar's text is the likely intent; a container's repr may be huge or deep
+            hint = f"write {str(v)!r} " if isinstance(v, int | float) else "pass a str "
             raise InvalidArgumentError(
                 f"{what}[{k!r}] must be a str, got {type(v).__name__} (the filter matches "
-                f"top-level metadata values that are that exact string; write {str(v)!r} "
+                f"top-level metadata values that are that exact string; {hint}"
                 "if the stored value is a string)"
             )
         out.append((key, check_text(v, f"{what}[{k!r}]")))

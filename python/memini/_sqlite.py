@@ -95,6 +95,16 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX events_by_ns_time ON events (namespace, created_at)",
         "CREATE INDEX events_by_op ON events (op_id)",
     ),
+    (
+        # the query of a served call, once per operation (its rows store query = '')
+        """CREATE TABLE event_queries (
+            op_id      TEXT NOT NULL PRIMARY KEY,
+            query      TEXT NOT NULL,
+            query_fold TEXT,                      -- casefold(query) when it differs
+            created_at INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        "CREATE INDEX event_queries_by_time ON event_queries (created_at)",
+    ),
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -661,13 +671,18 @@ class MetaDB:
         """
         self.append_event_rows(_events.prepare_events(events))
 
-    def append_event_rows(self, rows: Sequence[_events.EventRow]) -> None:
-        """`append_events` of rows built by `memini.events.event_row` (checked already)."""
+    def append_event_rows(
+        self,
+        rows: Sequence[_events.EventRow],
+        queries: Sequence[_events.OpQueryRow] = (),
+    ) -> None:
+        """`append_events` of rows built by `memini.events.event_row` (checked already),
+        with the queries their operations share (`memini.events.op_query`)."""
         if not rows:
             with self._locked():
                 return
         with self._write() as conn:
-            _events.append_events(conn, rows)
+            _events.append_events(conn, rows, queries)
 
     def import_events(self, events: Sequence[Event], *, next_id: int = 0) -> None:
         """Insert events under their own ids and created_at, in one transaction (an import).

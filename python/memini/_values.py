@@ -400,8 +400,14 @@ def _as_numeric_array(value: object, what: str) -> npt.NDArray[Any]:
     elif isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(
         value, Sequence | memoryview
     ):
+        from memini.types import Filter  # memini.types builds on this module
+
+        hint = ""
+        if isinstance(value, Filter):  # recall(ns, "q", Filter(...)): one slot too early
+            hint = " (a Filter goes in the filter argument: pass it as filter=...)"
         raise InvalidArgumentError(
-            f"{what} must be a numpy array or a sequence of floats, got {type(value).__name__}"
+            f"{what} must be a numpy array or a sequence of floats, got "
+            f"{type(value).__name__}{hint}"
         )
     else:
         try:
@@ -466,8 +472,8 @@ def embedding_to_array(value: object, dims: int, what: str = "embedding") -> F32
         return None
     if arr.shape[0] != dims:
         raise DimensionMismatchError(
-            f"{what} has {arr.shape[0]} dims, store expects {dims} "
-            f"(open the store with dims={arr.shape[0]} or re-embed)"
+            f"{what} has {arr.shape[0]} dims, store expects {dims} (embed it with the store's "
+            f"model; {arr.shape[0]}-d vectors belong in a store of their own)"
         )
     return _to_f32(arr, what)
 

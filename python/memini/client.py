@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
-from types import TracebackType
+from types import NoneType, TracebackType
 from typing import Any, Concatenate, Final, ParamSpec, Self, TypeVar
 
 import httpx
@@ -74,6 +74,8 @@ def _base_url(url: str) -> str:
 def _answer(method: wire.Method, response: httpx.Response) -> Any:
     """The result of a call from the server's answer, or the server's error raised."""
     if response.status_code < 300:
+        if method.returns is NoneType:  # e.g. upsert, whose answer is the stored id
+            return None
         return wire.decode(wire.loads(response.content), method.returns, "result")
     raise _error(response)
 

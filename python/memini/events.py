@@ -8,6 +8,7 @@ Table ``events`` (see ``memini._sqlite`` for the schema history)::
     events_by_time(created_at)              -- the rowid (= id) is the implicit last column
     events_by_ns_time(namespace, created_at)
     events_by_op(op_id)
+    event_queries(op_id PRIMARY KEY, query, query_fold NULL, created_at)
 
 Invariants:
 
@@ -22,7 +23,11 @@ Invariants:
   when that differs from the original (NULL otherwise, which keeps the common lowercase
   rows small). The text filter is ``instr`` over the folded text: a Unicode-aware,
   case-insensitive substring test in which ``%`` and ``_`` are ordinary characters;
-* ``detail`` is JSON text (`memini._values.metadata_to_json`, the rule of metadata).
+* ``detail`` is JSON text (`memini._values.metadata_to_json`, the rule of metadata);
+* the query of a served call is stored once, in ``event_queries`` under its op_id (`op_query`),
+  and its rows hold ``query = ''``: a row reads its operation's query there when its own is
+  empty (one row per hit repeated a 4 KB query up to k times). Only the server's log writes
+  ``event_queries``; events appended by callers keep their own queries, row by row.
 
 Query plans of `list_events` (see `query_plan` and ``benches/bench_events.py``):
 
@@ -65,12 +70,15 @@ from memini.types import Event, EventFilter, EventKind, Tier
 
 __all__ = [
     "EventQuery",
+    "OpQueryRow",
     "append_events",
     "check_event",
     "event_row",
     "import_events",
+    "inline_queries",
     "list_events",
     "next_event_id",
+    "op_query",
     "prepare_events",
     "prepare_filter",
     "prepare_imported_events",
@@ -101,13 +109,20 @@ _INSERT_COLUMNS = (
     "op_id, kind, namespace, query, memory_id, memory_ns, memory_tier, memory_summary, "
     "rank, score, detail, created_at, query_fold, summary_fold"
 )
+OpQueryRow = tuple[str, str, str | None, int]
+"""The query of one served operation as stored in ``event_queries`` (`op_query`)."""
+
 _SELECT_COLUMNS = (
-    "id, op_id, kind, namespace, query, memory_id, memory_ns, memory_tier, memory_summary, "
-    "rank, score, detail, created_at"
+    "id, op_id, kind, namespace, "
+    "CASE WHEN query = '' THEN coalesce("
+    "(SELECT q.query FROM event_queries q WHERE q.op_id = events.op_id), '') ELSE query END, "
+    "memory_id, memory_ns, memory_tier, memory_summary, rank, score, detail, created_at"
 )
 _TEXT_MATCH = (
     "(instr(coalesce(query_fold, query), :text) > 0 "
-    "OR instr(coalesce(summary_fold, memory_summary), :text) > 0)"
+    "OR instr(coalesce(summary_fold, memory_summary), :text) > 0 "
+    "OR op_id IN (SELECT op_id FROM event_queries "
+    "WHERE instr(coalesce(query_fold, query), :text) > 0))"
 )
 # Step 2 of a whole-operation filter reads the matching operations through events_by_op
 # ("probe") up to this many operations; above it, with a limit, it walks the time index.
@@ -189,6 +204,22 @@ def event_row(
         _fold(query),
         _fold(memory_summary),
     )
+
+
+def op_query(op_id: str, query: str, created_at: int) -> OpQueryRow:
+    """The stored row of a served operation's query (its event rows hold ``query = ''``)."""
+    return op_id, query, _fold(query), created_at
+
+
+def inline_queries(rows: Sequence[EventRow], queries: Sequence[OpQueryRow]) -> list[EventRow]:
+    """``rows`` with their operations' queries written into each (for a backend that keeps
+    a query per row, PostgreSQL)."""
+    by_op = {q[0]: q for q in queries}
+    out = []
+    for r in rows:
+        q = by_op.get(r[0]) if r[3] == "" else None
+        out.append(r if q is None else (*r[:3], q[1], *r[4:12], q[2], r[13]))
+    return out
 
 
 def _detail_json(detail: dict[str, Any], what: str, details: dict[int, str] | None) -> str:
@@ -278,14 +309,19 @@ def prepare_imported_events(events: Iterable[Event]) -> list[tuple[int, EventRow
     return out
 
 
-def append_events(conn: sqlite3.Connection, rows: Sequence[EventRow]) -> None:
+def append_events(
+    conn: sqlite3.Connection, rows: Sequence[EventRow], queries: Sequence[OpQueryRow] = ()
+) -> None:
     """Insert rows in order; inside one transaction their ids are contiguous.
 
     Args:
         conn: The connection, inside a write transaction.
-        rows: Rows from `prepare_events`.
+        rows: Rows from `prepare_events` (or `event_row`).
+        queries: The queries of the rows' operations, once each (`op_query`).
     """
     conn.executemany(f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES ({', '.join('?' * 14)})", rows)
+    if queries:
+        conn.executemany("INSERT OR REPLACE INTO event_queries VALUES (?, ?, ?, ?)", queries)
 
 
 def next_event_id(conn: sqlite3.Connection) -> int:
@@ -637,7 +673,8 @@ def prune_events(conn: sqlite3.Connection, older_than: int | None, keep_max: int
     deleted = 0
     if older_than is not None:
         deleted += conn.execute("DELETE FROM events WHERE created_at < ?", (older_than,)).rowcount
-    if keep_max > 0:
+        conn.execute("DELETE FROM event_queries WHERE created_at < ?", (older_than,))
+    if keep_max > 0 and _more_than(conn, keep_max):
         # The oldest row to keep, found along events_by_time; everything before it goes.
         edge = conn.execute(
             "SELECT created_at, id FROM events ORDER BY created_at DESC, id DESC LIMIT 1 OFFSET ?",
@@ -648,4 +685,13 @@ def prune_events(conn: sqlite3.Connection, older_than: int | None, keep_max: int
                 "DELETE FROM events WHERE created_at <= ?1 AND (created_at < ?1 OR id < ?2)",
                 edge,
             ).rowcount
+            conn.execute("DELETE FROM event_queries WHERE created_at < ?", (edge[0],))
     return deleted
+
+
+def _more_than(conn: sqlite3.Connection, n: int) -> bool:
+    """Whether the log may hold more than ``n`` rows: ids grow by one per row and are never
+    reused, so ``max(id) - min(id) + 1`` bounds the count from above in O(log n), sparing a
+    capped log below its cap the walk of ``n`` index entries on every prune."""
+    low, high = conn.execute("SELECT min(id), max(id) FROM events").fetchone()
+    return low is not None and high - low + 1 > n

@@ -333,9 +333,10 @@ class MeminiStore(BaseStore):
             without vectors, ``index=[paths]`` overrides ``fields`` for one put. One key of
             memini's own (as LangGraph's Postgres store has its ``ann_index_config``):
             ``recall``, options of `Store.recall` for searches with a query (``fusion``,
-            ``alpha``, ``rrf_k``, ``pool``); the default is the store's hybrid ranking
-            (vectors and BM25 fused), ``{"alpha": 1.0}`` ranks by the vectors alone, as
-            LangGraph's own stores do.
+            ``alpha``, ``rrf_k``, ``pool``); the default ranks as LangGraph's own stores
+            do, each item by the cosine of its best field's vector (``{"alpha": 1.0}``:
+            the scores are InMemoryStore's), and e.g. ``{"alpha": 0.5}`` or
+            ``{"fusion": "rrf"}`` ranks by vectors and BM25 fused (`Store.recall`).
         ttl: LangGraph's ``TTLConfig``: ``default_ttl`` (minutes, for puts that pass no
             ``ttl``), ``refresh_on_read`` (default True: a get or search that returns an
             item restarts its TTL), ``sweep_interval_minutes`` (a daemon thread runs
@@ -478,8 +479,7 @@ class MeminiStore(BaseStore):
         The writes of a batch are one atomic memini commit (deletes follow it, each
         durable). Differences from `InMemoryStore`, all deliberate: a search without a
         query lists items newest update first (as LangGraph's SQLite and Postgres stores);
-        a search with a query ranks with `Store.recall` (hybrid: vectors and BM25) and
-        scores by it; a namespace is listed while it holds an item (`InMemoryStore` keeps
+        a namespace is listed while it holds an item (`InMemoryStore` keeps
         listing one after its last delete, and after a mere get); values must be JSON
         (`InvalidArgumentError` otherwise) and a range operator on a missing or non-number
         field matches nothing (`InMemoryStore` raises `TypeError`).
@@ -732,15 +732,16 @@ class MeminiStore(BaseStore):
         core: Filter,
         k: int,
     ) -> tuple[list[tuple[Memory, float]], bool]:
-        """Rows ranked for the query by `Store.recall` (both legs, fused), best first, and
-        whether fewer than ``k`` were found (nothing more to widen to). Namespaces beyond 64
-        are recalled 64 at a time and merged by score."""
+        """Rows ranked for the query by `Store.recall`, best first, and whether fewer than
+        ``k`` were found (nothing more to widen to). Namespaces beyond 64 are recalled 64
+        at a time and merged by score."""
         out: list[tuple[Memory, float]] = []
         exhausted = True
-        # the bare convex formula unless configured: LangGraph's scores are similarities in
-        # [0, 1], and an item's rows carry no conversation order for recall's default
-        # neighbour context to use
-        options = {"fusion": "convex", **self._recall}
+        # LangGraph's ranking unless configured: each field's own vector, an item scored by
+        # its best field's cosine (the fields' texts embedded as one text scored an exact
+        # match of one field 0.63, and ranked otherwise than LangGraph's stores); fused,
+        # the bare convex formula (an item's rows carry no conversation order)
+        options = {"fusion": "convex", "alpha": 1.0, **self._recall}
         if options.get("fusion", "convex") == "convex" and options.get("alpha") == 1.0:
             # the words weigh nothing: the vector leg alone, k candidates, cosine scores
             query, options = "", {"pool": k}

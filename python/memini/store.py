@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Self, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -50,7 +51,7 @@ from memini.types import (
 
 if TYPE_CHECKING:  # memini.postgres imports psycopg: only Store.open of a URL loads it
     from memini._core import FilterSpec
-    from memini.events import EventRow
+    from memini.events import EventRow, OpQueryRow
     from memini.postgres import PgEngine, PgMeta
 
 __all__ = ["Store"]
@@ -60,6 +61,23 @@ def is_postgres_url(path: object) -> bool:
     """Whether a store location (``Store.open``'s ``path``, ``--store``) is a PostgreSQL URL
     (``postgresql://`` or ``postgres://``) rather than a directory."""
     return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+
+
+def shown_location(path: object) -> str:
+    """A store location as messages, logs and ``repr`` show it: a PostgreSQL URL without its
+    password (``user:***@host``, ``password=***`` in the query), a directory as it is."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    if not is_postgres_url(text):
+        return text
+    parts = urlsplit(text)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
+    query = "&".join(
+        f"{k}=***" if k.lower() == "password" else f"{k}={v}" if sep else k
+        for k, sep, v in (pair.partition("=") for pair in parts.query.split("&") if pair)
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 _METRICS_MEMORY_TYPES = frozenset({"decision", "preference", "problem"})
@@ -219,6 +237,65 @@ def _embedder_dims(embedder: object, dims: int | None) -> int:
     return e_dims
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False where the OS cannot say (e.g. a name too long, which
+    the core then reports in its own words)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def _embedder_metric(embedder: object) -> str:
+    """The metric of a new store opened with ``embedder`` and no ``metric``: the embedder's
+    ``metric`` attribute when it has one, else ``"cos"`` (text embedding models are compared
+    by cosine; all-MiniLM-L6-v2's vectors are unit length)."""
+    metric = getattr(embedder, "metric", "cos")
+    if metric not in _METRIC_NAMES:
+        raise InvalidArgumentError(
+            f"embedder.metric must be one of {', '.join(_METRIC_NAMES)}, got {metric!r}"
+        )
+    return str(metric)
+
+
+_E = TypeVar("_E")
+
+
+def _embedder_fits(embedder: Embedder | None, asked_dims: int | None, open: Callable[[], _E]) -> _E:
+    """``open()``, with the dims mismatch of an embedder whose vectors the store cannot hold
+    told as such (the store's own message advises ``dims=``, which the caller never gave)."""
+    try:
+        return open()
+    except DimensionMismatchError as e:
+        if embedder is None or asked_dims is not None:
+            raise
+        stored = str(e).split(" (", 1)[0]
+        raise DimensionMismatchError(
+            f"the embedder {embedder.model!r} makes {embedder.dims}-d vectors, which this "
+            f"store cannot hold ({stored}): open it with an embedder of the store's own model "
+            "(Store.embed_model()), or copy the memories into a new store"
+        ) from None
+
+
+def _recorded_embedder(engine: Engine | PgEngine) -> Embedder | None:
+    """The embedder of a store opened without one: the built-in local model when the store
+    records it and its weights are installed, else None (the store then refuses text that
+    would be stored without a vector, see `Store._embed_rows`)."""
+    from memini.embed import LocalEmbedder
+
+    model = engine.embed_model()
+    if not model:
+        return None
+    try:
+        local = LocalEmbedder(model)
+    except InvalidArgumentError:  # another model, or the weights are not installed
+        return None
+    if local.dims != engine.dims:
+        return None
+    logging.getLogger("memini").info("embedding text with the store's model %s", local.model)
+    return local
+
+
 def _pair_embed_model(engine: Engine | PgEngine, model: str) -> None:
     """Record ``model`` as the store's embed_model, or refuse a store recording another."""
     stored = engine.embed_model()
@@ -278,6 +355,8 @@ class Store:
         """Internal: use `Store.open`."""
         self._engine = engine
         self._embedder = embedder
+        # without an embedder: the model the store's vectors come from ("" = none recorded)
+        self._needs_vectors_of = ""
         self._meta = meta
         self._metrics = GuardedMetrics(metrics)
         self._path = path
@@ -353,8 +432,11 @@ class Store:
                 embedder's ``model``.
             StoreLockedError: Another live Store holds the directory.
         """
+        asked_dims = dims
+        new_metric = "l2"
         if embedder is not None:
             dims = _embedder_dims(embedder, dims)
+            new_metric = _embedder_metric(embedder)
         if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int)):
             raise InvalidArgumentError(f"dims must be an int >= 1, got {type(dims).__name__}")
         if dims is not None and not 1 <= dims <= _MAX_DIMS:
@@ -379,9 +461,18 @@ class Store:
         if url is not None:  # PostgreSQL (memini.postgres): psycopg is imported only here
             from memini.postgres import open_backend
 
-            engine, meta = open_backend(url, dims, metric)
+            engine, meta = _embedder_fits(
+                embedder, asked_dims, lambda: open_backend(url, dims, metric, new_metric)
+            )
         else:
-            engine = Engine(None if p is None else str(p), dims, metric)
+            fresh = p is None or not _exists(p / "rows.redb")
+            engine = _embedder_fits(
+                embedder,
+                asked_dims,
+                lambda: Engine(
+                    None if p is None else str(p), dims, metric or (new_metric if fresh else None)
+                ),
+            )
         try:
             if breadth is not None:
                 engine.set_search_breadth(breadth)
@@ -396,11 +487,16 @@ class Store:
                 _pair_meta_db(engine, meta, p)
             if embedder is not None:
                 _pair_embed_model(engine, embedder.model)
+            else:
+                embedder = _recorded_embedder(engine)
         except BaseException:
             meta.close()
             engine.close()
             raise
-        return cls(engine, meta, checked, p, embedder)
+        store = cls(engine, meta, checked, p, embedder)
+        if embedder is None:
+            store._needs_vectors_of = engine.embed_model()
+        return store
 
     def _check(self) -> None:
         if self._forked or self._closed:
@@ -529,7 +625,7 @@ class Store:
         """
         self._check()
         row = cv.memory_to_row(memory, self._dims)
-        self._embed_rows([row])
+        self._embed_rows([row], [memory.embedding is not None])
         (inserted,) = self._engine.upsert_many([row])
         self._report_upsert(inserted, memory)
 
@@ -553,7 +649,7 @@ class Store:
         (`memini._convert.memory_to_row` with this store's dims; ``memini import`` checks
         each line as it reads it, and writes the rows it made)."""
         self._check()
-        self._embed_rows(rows)
+        self._embed_rows(rows, [m.embedding is not None for m in ms])
         inserted = self._engine.upsert_many(rows)
         for ins, m in zip(inserted, ms, strict=True):
             self._report_upsert(ins, m)
@@ -575,18 +671,41 @@ class Store:
         self._check()
         ns, key = _text(namespace, "namespace"), _text(id, "id")
         row = cv.fields_to_row(fields, self._dims, id=key)
-        if "content" in row and "embedding" not in row and self._embedder is not None:
-            # the stored vector was of the old content: embed the new one (blank: none)
+        if (
+            "content" in row
+            and "embedding" not in row
+            and (self._embedder is not None or self._needs_vectors_of)
+        ):
+            # the stored vector was of the old content: embed the new one (blank: none),
+            # or refuse without an embedder
             row["embedding"] = None
-            self._embed_rows([row])
+            self._embed_rows([row], [False])
         stored = self._engine.update(ns, key, row)
         self._metrics.upsert("update", str(stored.tier), _memory_type(stored))
         return stored
 
-    def _embed_rows(self, rows: builtins.list[dict[str, Any]]) -> None:
+    def _embed_rows(self, rows: builtins.list[dict[str, Any]], given: Sequence[bool]) -> None:
         """With an embedder, fill ``embedding`` of the rows that have none from their content
-        (blank content stays keyword-only), in one ``embed`` call."""
+        (blank content stays keyword-only), in one ``embed`` call.
+
+        Without one, a store that recorded an embed model before this open refuses a row
+        whose text would be stored with no vector unasked (``given[i]``: row i's embedding
+        was passed; an empty one asks for a keyword-only row): recall by meaning would never
+        find it.
+
+        Raises:
+            InvalidArgumentError: Such a row, naming the fix.
+        """
         if self._embedder is None:
+            model = self._needs_vectors_of
+            for r, asked in zip(rows, given, strict=True):
+                if model and not asked and r.get("embedding") is None and r["content"].strip():
+                    raise InvalidArgumentError(
+                        f"this store's vectors come from {model!r}, and it was opened without "
+                        "an embedder: open it with embedder= (memini.embed.LocalEmbedder() for "
+                        "all-MiniLM-L6-v2, after pip install 'memini[embed]'), or pass the "
+                        "memory's embedding (embedding=[] stores a keyword-only row)"
+                    )
             return
         todo = [r for r in rows if r.get("embedding") is None and r["content"].strip()]
         if not todo:
@@ -1189,11 +1308,14 @@ class Store:
         self._check()
         self._meta.append_events(events)
 
-    def _append_event_rows(self, rows: builtins.list[EventRow]) -> None:
+    def _append_event_rows(
+        self, rows: builtins.list[EventRow], queries: Sequence[OpQueryRow] = ()
+    ) -> None:
         """`append_events` of rows built by `memini.events.event_row` from values known
-        valid (the server's log of served calls: no `Event` per row, no second check)."""
+        valid (the server's log of served calls: no `Event` per row, no second check), the
+        query of each operation given once (`memini.events.op_query`)."""
         self._check()
-        self._meta.append_event_rows(rows)
+        self._meta.append_event_rows(rows, queries)
 
     def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]:
         """Events newest first (created_at desc, id desc), as API.md's EventFilter selects."""

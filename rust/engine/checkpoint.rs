@@ -50,7 +50,7 @@ impl Checkpointer {
         let handle = std::thread::Builder::new()
             .name("memini-checkpoint".into())
             .spawn(move || owner.checkpointer.run(&owner))
-            .map_err(|e| Error::storage("checkpoint thread", e))?;
+            .map_err(|e| Error::io("checkpoint thread", e))?;
         *inner.checkpointer.thread.lock() = Some(handle);
         Ok(())
     }

@@ -240,16 +240,15 @@ impl Inner {
         let batch = match rows.begin() {
             Ok(b) => b,
             Err(e) => {
-                let msg = e.to_string();
                 for (_, slot) in jobs {
-                    slot.put(Err(Error::Storage(msg.clone())));
+                    slot.put(Err(e.clone()));
                 }
                 return Vec::new();
             }
         };
         let mut effects = Effects::default();
         let mut results = Vec::with_capacity(jobs.len());
-        let mut failed: Option<String> = None;
+        let mut failed: Option<Error> = None;
         let mut jobs = jobs.into_iter();
         {
             let st = self.state.read();
@@ -262,8 +261,10 @@ impl Inner {
                     faults: &self.faults,
                 };
                 let r = op(&mut tx);
-                if let Err(Error::Storage(m) | Error::Corruption(m)) = &r {
-                    failed = Some(m.clone());
+                if let Err(e) = &r {
+                    if e.is_storage_fault() {
+                        failed = Some(e.clone());
+                    }
                 }
                 results.push((r, slot));
                 if failed.is_some() {
@@ -275,7 +276,7 @@ impl Inner {
         let mut st = self.state.write();
         // what the indexes will need is checked while the group can still be refused
         let ready = match failed {
-            Some(m) => Err(Error::Storage(m)),
+            Some(e) => Err(e),
             None => prepare(&st, &effects)
                 .and_then(|()| drop_covered_logs(&batch, &mut counters))
                 .and_then(|()| batch.set_meta("counters", &*counters)),
@@ -317,7 +318,7 @@ impl Inner {
             Err((e, outcome)) => {
                 *counters = saved;
                 drop(st);
-                let msg = e.to_string();
+                let prefix = format!("write failed, {outcome}");
                 for (r, slot) in results {
                     slot.put(match r {
                         Err(
@@ -326,7 +327,7 @@ impl Inner {
                             | Error::InvalidArgument(_)
                             | Error::DimensionMismatch(_)),
                         ) => Err(err),
-                        _ => Err(Error::Storage(format!("write failed, {outcome}: {msg}"))),
+                        _ => Err(e.clone().within(&prefix)),
                     });
                 }
             }

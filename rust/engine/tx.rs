@@ -230,7 +230,8 @@ pub(super) fn build_row(m: Memory) -> Result<(Col, Payload)> {
 pub(super) fn validate_vector(v: &[f32], dims: usize) -> Result<()> {
     if v.len() != dims {
         return Err(Error::DimensionMismatch(format!(
-            "vector has {} dims, store expects {dims} (open the store with dims={} or re-embed)",
+            "vector has {} dims, store expects {dims} (embed it with the store's model; {}-d \
+             vectors belong in a store of their own)",
             v.len(),
             v.len()
         )));

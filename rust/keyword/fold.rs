@@ -215,7 +215,7 @@ impl Shared {
             )
             .is_ok()
         {
-            return Err(kw_err("fold", "injected fault"));
+            return Err(super::kw_fail("fold", "injected fault"));
         }
         if self.fold_due() {
             self.fold()

@@ -55,8 +55,14 @@ pub use fold::FOLD_DOCS;
 use schema::Fields;
 use writer::{Pending, Writer};
 
-fn kw_err(context: &str, e: impl std::fmt::Display) -> Error {
-    Error::storage(&format!("keyword index: {context}"), e)
+/// A tantivy failure (an I/O one included) while doing `context`.
+fn kw_err(context: &str, e: impl Into<tantivy::TantivyError>) -> Error {
+    Error::keyword(format!("keyword index: {context}"), e)
+}
+
+/// A keyword index failure with no tantivy error beneath it.
+fn kw_fail(context: &str, why: impl std::fmt::Display) -> Error {
+    Error::storage(&format!("keyword index: {context}"), why)
 }
 
 /// A document to index: the row's namespace, text, tag hashes and version.

@@ -21,8 +21,8 @@ use super::analysis::{analyzer, TOKENIZER};
 use super::delta::Delta;
 use super::schema::Fields;
 use super::writer::{Pending, Writer};
-use super::{kw_err, KeywordIndex, Shared};
-use crate::error::{Failures, Result};
+use super::{kw_err, kw_fail, KeywordIndex, Shared};
+use crate::error::{Error, Failures, Result};
 
 /// The writer's indexing memory budget.
 const WRITER_MEMORY: usize = 64 << 20;
@@ -46,7 +46,7 @@ fn open_checked(d: &Path, schema: &Schema) -> Result<Index> {
         for path in files.filter(|p| meta.has_deletes() || *p != deletes) {
             // shorter than tantivy's footer fields (two u32), its checksum check would panic
             if !std::fs::metadata(d.join(&path)).is_ok_and(|m| m.is_file() && m.len() >= 8) {
-                return Err(kw_err(
+                return Err(kw_fail(
                     "check",
                     format!("{} is missing or cut short", path.display()),
                 ));
@@ -55,7 +55,7 @@ fn open_checked(d: &Path, schema: &Schema) -> Result<Index> {
     }
     let damaged = index.validate_checksum().map_err(|e| kw_err("check", e))?;
     if let Some(path) = damaged.iter().next() {
-        return Err(kw_err(
+        return Err(kw_fail(
             "check",
             format!("{} is damaged (checksum)", path.display()),
         ));
@@ -136,7 +136,7 @@ impl KeywordIndex {
         let folder = std::thread::Builder::new()
             .name("memini-keyword-fold".into())
             .spawn(move || s.run_folder())
-            .map_err(|e| kw_err("fold thread", e))?;
+            .map_err(|e| Error::io("keyword index: fold thread", e))?;
         Ok((
             Self {
                 index,

@@ -13,7 +13,7 @@ use std::time::Instant;
 use tantivy::schema::Field;
 use tantivy::{FutureResult, IndexWriter, SegmentMeta, TantivyDocument, Term};
 
-use super::kw_err;
+use super::{kw_err, kw_fail};
 use crate::error::Result;
 
 /// The tantivy writer and the state of what it buffers.
@@ -56,7 +56,7 @@ impl Writer {
     pub(super) fn tantivy(&mut self) -> Result<&mut IndexWriter<TantivyDocument>> {
         self.inner
             .as_mut()
-            .ok_or_else(|| kw_err("write", "the index is closed"))
+            .ok_or_else(|| kw_fail("write", "the index is closed"))
     }
 
     /// Buffers one change: (rid, new document or None = delete) at changelog sequence `seq`.

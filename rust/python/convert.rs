@@ -7,14 +7,15 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDateTime, PyDict, PyList, PyString, PyTzInfo};
 
-use super::errors::raise;
+use super::errors::to_py;
 use crate::engine::{Fusion, Recalled};
+use crate::error::Error;
 use crate::types::{
     FilterSpec, Level, Memory, MemoryPatch, Micros, NewMemory, Scored, SortKey, Tier, Unstamped,
 };
 
 fn invalid(py: Python<'_>, msg: String) -> PyErr {
-    raise(py, "InvalidArgumentError", msg)
+    to_py(py, Error::invalid(msg))
 }
 
 /// A dict key, made once per process (`intern!`): a lookup with a `&str` key builds and
@@ -361,10 +362,11 @@ const MAX_US: Micros = 253_402_300_799_999_999;
 /// Microseconds since the epoch -> an aware UTC `datetime`, exactly (no float rounding).
 fn datetime(py: Python<'_>, us: Micros) -> PyResult<Bound<'_, PyDateTime>> {
     if !(MIN_US..=MAX_US).contains(&us) {
-        return Err(raise(
+        return Err(to_py(
             py,
-            "CorruptionError",
-            format!("stored timestamp {us} µs is outside the datetime range"),
+            Error::Corruption(format!(
+                "stored timestamp {us} µs is outside the datetime range"
+            )),
         ));
     }
     // civil date from days since 1970-01-01 (H. Hinnant's algorithm, proleptic Gregorian)

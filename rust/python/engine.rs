@@ -7,9 +7,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::convert;
-use super::errors::{raise, run};
+use super::errors::{run, to_py};
 use super::spawn::{spawn, Completions, Reply};
 use crate::engine::{Engine, FaultPoint, Options, RecallQuery, Source};
+use crate::error::Error;
 use crate::types::{Metric, Micros, Tier};
 
 /// The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL.
@@ -46,22 +47,18 @@ impl PyEngine {
     ) -> PyResult<Self> {
         let dims = match dims {
             Some(d) if d < 1 => {
-                return Err(raise(
+                return Err(to_py(
                     py,
-                    "InvalidArgumentError",
-                    format!("dims must be >= 1, got {d}"),
+                    Error::invalid(format!("dims must be >= 1, got {d}")),
                 ))
             }
             Some(d) => Some(
-                usize::try_from(d)
-                    .map_err(|_| raise(py, "InvalidArgumentError", "dims is too large".into()))?,
+                usize::try_from(d).map_err(|_| to_py(py, Error::invalid("dims is too large")))?,
             ),
             None => None,
         };
         let metric = metric
-            .map(|m| {
-                Metric::parse(&m).map_err(|e| raise(py, "InvalidArgumentError", e.to_string()))
-            })
+            .map(|m| Metric::parse(&m).map_err(|e| to_py(py, Error::invalid(e.to_string()))))
             .transpose()?;
         let engine = run(py, || {
             Engine::open(
@@ -107,13 +104,12 @@ impl PyEngine {
             "write" => FaultPoint::Write,
             "checkpoint" => FaultPoint::Checkpoint,
             other => {
-                return Err(raise(
+                return Err(to_py(
                     py,
-                    "InvalidArgumentError",
-                    format!(
+                    Error::invalid(format!(
                         "unknown failpoint {other:?} \
                          (vector_apply, keyword_apply, repair, write, checkpoint)"
-                    ),
+                    )),
                 ))
             }
         };

@@ -9,12 +9,12 @@ use numpy::{PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
 use super::convert;
-use super::errors::{raise, run};
+use super::errors::{run, to_py};
 use crate::fusion::{fuse as fuse_rule, Candidates, Rule};
 use crate::rank::Standing;
 use crate::types::{Metric, Micros};
 use crate::vector::Scorer;
-use crate::Result;
+use crate::{Error, Result};
 
 /// A candidate: (id, tier, importance, confidence, updated_at, last_accessed_at,
 /// access_count, previous neighbour, next neighbour, fingerprint); neighbours are indexes
@@ -94,10 +94,11 @@ pub fn fuse(
             .iter()
             .any(|c| c.7.is_some_and(bad) || c.8.is_some_and(bad))
     {
-        return Err(raise(
+        return Err(to_py(
             py,
-            "InvalidArgumentError",
-            format!("fuse: a candidate index is out of range (there are {n} candidates)"),
+            Error::invalid(format!(
+                "fuse: a candidate index is out of range (there are {n} candidates)"
+            )),
         ));
     }
     let fusion = convert::fusion(py, fusion, fusion_param)?;
@@ -149,20 +150,22 @@ pub fn vector_scores(
         "cos" => Metric::Cos,
         "ip" => Metric::Ip,
         other => {
-            return Err(raise(
+            return Err(to_py(
                 py,
-                "InvalidArgumentError",
-                format!("unknown metric {other:?} (use l2, cos or ip)"),
+                Error::invalid(format!("unknown metric {other:?} (use l2, cos or ip)")),
             ))
         }
     };
     let q = query.as_slice()?;
     let vs = vectors.as_array();
     if vs.ncols() != q.len() {
-        return Err(raise(
+        return Err(to_py(
             py,
-            "DimensionMismatchError",
-            format!("vectors have {} dims, the query {}", vs.ncols(), q.len()),
+            Error::DimensionMismatch(format!(
+                "vectors have {} dims, the query {}",
+                vs.ncols(),
+                q.len()
+            )),
         ));
     }
     let scorer = Scorer::new(metric, q);

@@ -173,3 +173,47 @@ fn a_failed_background_checkpoint_shows_in_stats_and_the_next_one_catches_up() {
     let e = Engine::open(Some(dir.path()), &opts(2)).unwrap();
     assert_eq!(e.count("n", &live()).unwrap(), 100_000);
 }
+
+/// The error of a store that cannot be created in `dir`, and the kind of the operating
+/// system's error beneath it, read through `source()` alone.
+fn open_error_kind(dir: &std::path::Path) -> (Error, Option<std::io::ErrorKind>) {
+    let Err(err) = Engine::open(Some(dir), &opts(8)) else {
+        panic!("a store was created in {}", dir.display());
+    };
+    let kind = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind);
+    (err, kind)
+}
+
+/// A store in a read-only directory fails with the I/O error kept as its cause: a caller tells
+/// a refused permission from a full disk by its kind, not by the message.
+#[test]
+fn an_unwritable_directory_keeps_the_io_error_as_the_cause() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("read-only");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // root ignores permission bits: then a directory of sysfs, which refuses everyone
+    let store = if std::fs::write(ro.join("probe"), b"").is_ok() {
+        std::path::PathBuf::from("/sys/memini-test-store")
+    } else {
+        ro.join("store")
+    };
+    let (err, kind) = open_error_kind(&store);
+    assert_eq!(kind, Some(std::io::ErrorKind::PermissionDenied), "{err}");
+    assert_eq!(err.io_kind(), kind);
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Another I/O failure, another kind: a store path below a regular file.
+#[test]
+fn a_store_below_a_file_reports_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let (err, kind) = open_error_kind(&file.join("store"));
+    assert_eq!(kind, Some(std::io::ErrorKind::NotADirectory), "{err}");
+}

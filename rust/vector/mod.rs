@@ -117,8 +117,9 @@ impl Default for Tuning {
 /// threads at once.
 pub type RowVectors<'a> = &'a (dyn Fn(&[u64], &mut Vec<u8>) -> Result<Vec<Option<usize>>> + Sync);
 
-fn usearch_err(context: &str, e: impl std::fmt::Display) -> Error {
-    Error::storage(&format!("vector index: {context}"), e)
+/// A usearch failure while doing `context`.
+fn usearch_err(context: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::vector(format!("vector index: {context}"), e)
 }
 
 /// The per-namespace vector partitions.

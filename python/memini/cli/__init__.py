@@ -13,7 +13,10 @@ Commands (``memini COMMAND --help`` lists the options):
 * ``memini demo [--store ./memini-data]``: import the shipped PyPI sample and recall from it.
 * ``memini serve --store DIR [--host H] [--port P] ...``: serve the store over HTTP (REST,
   MCP, metrics; `memini.server`); ``memini mcp --store DIR --namespace NS``: MCP over stdio.
-* ``memini recall --store DIR NS TEXT [-k 10] [--linked] [--json] [--embedder SPEC]``:
+* ``memini key add|list|delete [NAME] --store DIR [--home NS]``: API keys, managed while
+  no server holds the store (`memini.cli.keys`).
+* ``memini recall --store DIR NS TEXT [-k 10] [--linked] [--fusion F] [--tier T] [--tag T]
+  [--json] [--embedder SPEC]``:
   `Store.recall` of TEXT in namespace NS, the query embedded with the store's model.
 
 The file format is described in `memini.cli.records`; the package splits by job: `common`
@@ -33,6 +36,7 @@ from typing import cast
 
 from rich.console import Console
 
+from memini import __version__
 from memini.cli.commands import (
     cmd_check,
     cmd_compact,
@@ -44,10 +48,13 @@ from memini.cli.commands import (
 from memini.cli.common import EMBEDDER_HELP, METRICS, CliError, embedder_arg, store_dir
 from memini.cli.demo import DEFAULT_DEMO_STORE, cmd_demo
 from memini.cli.importer import ON_EXISTING, ImportSummary
+from memini.cli.keys import add_parser as add_key_parser
 from memini.cli.recall import cmd_recall
 from memini.cli.records import EXPORT_TYPE, EXPORT_VERSION
 from memini.cli.serve import add_parsers as add_serve_parsers
 from memini.errors import MeminiError
+from memini.store import shown_location
+from memini.types import Tier
 
 __all__ = ["EXPORT_TYPE", "EXPORT_VERSION", "ImportSummary", "export_store", "main"]
 
@@ -69,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok; 1 error or bad import lines; 2 check found a mismatch.",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress of long work")
+    p.add_argument("--version", action="version", version=f"memini {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def store_arg(sp: argparse.ArgumentParser) -> None:
@@ -154,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sp.set_defaults(func=cmd_demo)
     add_serve_parsers(sub, store_arg, METRICS, _positive)
+    add_key_parser(sub, store_arg)
 
     sp = sub.add_parser(
         "recall",
@@ -168,6 +177,21 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--linked", action="store_true", help="also recall from the namespaces NS links to"
     )
+    sp.add_argument(
+        "--fusion", choices=("convex", "rrf"), help="how the legs are fused (default: recall's)"
+    )
+    sp.add_argument(
+        "--tier",
+        action="append",
+        choices=[t.value for t in Tier],
+        help="only memories of this tier (repeatable: any of them)",
+    )
+    sp.add_argument(
+        "--tag",
+        action="append",
+        metavar="TAG",
+        help="only memories tagged TAG (repeatable: all)",
+    )
     sp.add_argument("--json", action="store_true", help="one JSON object per result")
     sp.add_argument(
         "--embedder",
@@ -180,6 +204,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _masked(args: argparse.Namespace, message: str) -> str:
+    """``message`` with the ``--store`` URL's password masked (`shown_location`)."""
+    store = getattr(args, "store", None)
+    return message.replace(store, shown_location(store)) if isinstance(store, str) else message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status.
 
@@ -187,18 +217,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments after the program name; None reads ``sys.argv``.
     """
     args = _parser().parse_args(argv)
-    if args.verbose:
-        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    if args.verbose or args.command in ("serve", "mcp"):
+        # memini's own progress at INFO; its dependencies (tantivy's commits and merges,
+        # uvicorn, httpx, ...) only from WARNING on
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+        logging.getLogger("memini").setLevel(logging.INFO)
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     func = cast("Callable[[argparse.Namespace, Console, Console], int]", args.func)
     try:
         return func(args, out, err)
     except CliError as e:
-        err.print(f"memini {args.command}: {e}", markup=False)
+        err.print(f"memini {args.command}: {_masked(args, str(e))}", markup=False)
         return 1
     except MeminiError as e:
-        err.print(f"memini {args.command}: {type(e).__name__}: {e}", markup=False)
+        err.print(
+            f"memini {args.command}: {type(e).__name__}: {_masked(args, str(e))}", markup=False
+        )
         return 1
     except BrokenPipeError:
         return 1

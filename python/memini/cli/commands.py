@@ -45,7 +45,7 @@ from memini.cli.records import (
     memory_record,
     parse_header,
 )
-from memini.store import Store
+from memini.store import Store, shown_location
 from memini.types import Filter, Sort, SortKey, Tier
 
 __all__ = ["cmd_check", "cmd_compact", "cmd_export", "cmd_import", "cmd_stats", "export_store"]
@@ -409,7 +409,8 @@ def _size(n: float) -> str:
 
 def _print_stats(out: Console, path: Path | str, st: dict[str, Any], model: str) -> None:
     out.print(
-        f"store {path}: {st['rows']:,} memories, {st['dims']} dims, metric {st['metric']}, "
+        f"store {shown_location(path)}: {st['rows']:,} memories, {st['dims']} dims, "
+        f"metric {st['metric']}, "
         f"embed model {model or '(unset)'}, {_size(st['bytes_on_disk'])} on disk",
         markup=False,
         highlight=False,
@@ -455,7 +456,9 @@ def cmd_compact(args: argparse.Namespace, out: Console, err: Console) -> int:
         seconds = time.perf_counter() - t0
         st = store.stats()
         after = int(st["bytes_on_disk"]) + int(st["meta"]["bytes"])
-    out.print(f"compacted {path} in {seconds:.1f} s: {_size(before)} -> {_size(after)}")
+    out.print(
+        f"compacted {shown_location(path)} in {seconds:.1f} s: {_size(before)} -> {_size(after)}"
+    )
     return 0
 
 

@@ -36,7 +36,7 @@ from memini.cli.common import (
 from memini.cli.importer import Importer
 from memini.embed import LocalEmbedder
 from memini.errors import InvalidArgumentError, MeminiError
-from memini.store import Store
+from memini.store import Store, shown_location
 from memini.types import Filter, Scored, Tier
 
 __all__ = ["DEFAULT_DEMO_QUERIES", "DEFAULT_DEMO_STORE", "cmd_demo"]
@@ -99,19 +99,37 @@ def _local_embedder() -> LocalEmbedder | None:
         return None
 
 
-def _open_demo_store(path: Path | str, dims: int, embedder: LocalEmbedder | None) -> Store:
-    """The demo's store: created for the sample, or one a previous run created."""
+def _open_demo_store(path: Path | str, sample: _Sample, embedder: LocalEmbedder | None) -> Store:
+    """The demo's store: created for the sample, or one holding nothing but the sample (a
+    previous run's). Any other store is refused: the demo would add 10,000 rows to it."""
+    dims = sample.vectors.shape[1]
     store = open_existing(path, "demo", embedder=embedder)
     if store is None:
         return create_store(path, dims, "cos", "demo", embedder=embedder)
     st = store.stats()
-    if (st["dims"], st["metric"]) != (dims, "cos"):
+    if (st["dims"], st["metric"]) != (dims, "cos") or not _only_the_sample(store, sample):
         store.close()
         raise CliError(
-            f"store {path} has {st['dims']} dims and metric {st['metric']}, the demo's sample "
-            f"{dims} dims and cos: pass --store NEW_DIR for a store of its own"
+            f"store {path} holds memories of its own: the demo imports "
+            f"{len(sample.records):,} sample rows ({dims} dims, cos) only into a new store or "
+            "its own; pass --store NEW_DIR"
         )
     return store
+
+
+def _only_the_sample(store: Store, sample: _Sample) -> bool:
+    """Whether every memory of ``store`` is a row of the sample (in its namespace)."""
+    names = store.list_namespaces()
+    if not names:
+        return True
+    ns = sample.records[0]["namespace"]
+    if names != [ns]:
+        return False
+    everything = Filter(include_expired=True, include_superseded=True)
+    if store.count(ns, everything) > len(sample.records):
+        return False
+    ids = {r["id"] for r in sample.records}
+    return all(m.id in ids for m in store.list(ns, everything))
 
 
 def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -127,12 +145,12 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     embedder = _local_embedder()
     if embedder is not None and embedder.model != sample.model:
         raise CliError(f"the sample was embedded with {sample.model}, not {embedder.model}")
-    store = _open_demo_store(path, dims, embedder)
+    store = _open_demo_store(path, sample, embedder)
     with store:
         if not store.embed_model():
             store.set_embed_model(sample.model)
         say(
-            f"memini demo: store {path} ({dims} dims, {store.stats()['metric']}), "
+            f"memini demo: store {shown_location(path)} ({dims} dims, {store.stats()['metric']}), "
             f"sample of {len(sample.records):,} PyPI package summaries ({sample.model})"
         )
         t0 = time.perf_counter()

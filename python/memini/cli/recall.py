@@ -20,7 +20,7 @@ from memini.cli.common import CliError, make_embedder, open_store, store_locatio
 from memini.embed import Embedder, LocalEmbedder, check_vectors
 from memini.errors import InvalidArgumentError
 from memini.store import Store
-from memini.types import Recalled
+from memini.types import Filter, Recalled
 
 __all__ = ["cmd_recall"]
 
@@ -75,7 +75,15 @@ def cmd_recall(args: argparse.Namespace, out: Console, err: Console) -> int:
         vector = None if embedder is None else _query_vector(embedder, args.text)
         if embedder is None:
             err.print(f"memini recall: by words alone: {why}", markup=False)
-        found = store.recall(args.namespace, args.text, vector, k=args.k, linked=args.linked)
+        found = store.recall(
+            args.namespace,
+            args.text,
+            vector,
+            Filter(tiers=args.tier or (), tags=args.tag or ()),
+            k=args.k,
+            fusion=args.fusion,
+            linked=args.linked,
+        )
     for rank, r in enumerate(found, 1):
         if args.json:
             out.print(json.dumps(_record(rank, r), ensure_ascii=False), markup=False)

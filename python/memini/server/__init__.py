@@ -26,6 +26,7 @@ from typing import Any
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+import memini
 from memini.errors import InvalidArgumentError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
@@ -47,16 +48,22 @@ class ServerOptions:
         host: Address to bind; open access (no credential) only on loopback.
         port: TCP port (0 = any free one, see `Server.port`).
         admin_key: The admin secret; None reads ``MEMINI_ADMIN_KEY`` (unset or empty = none).
-        max_body: Largest request body in bytes (413 above).
-        body_timeout: Seconds a request body may take to arrive (408 after).
+        max_body: Largest request body in bytes (413 above), on every route (``/mcp`` too).
+        body_timeout: Seconds a request body may take to arrive (408 after), every route.
+        header_timeout: Seconds a request's headers may take to arrive (the connection is
+            closed after).
+        max_connections: Open connections (and calls) at once; more are answered 503.
         events: Log every served recall, search and write in the store's event log.
         event_retention: Prune event rows older than this (None = keep by age).
-        event_keep_max: Keep at most this many event rows (0 = no cap).
+        event_keep_max: Keep at most this many event rows (0 = no cap), 1,000,000 by
+            default: with 30 days of retention alone a busy server's log had no bound.
         mcp: Serve MCP at ``/mcp``.
         mcp_namespace: Namespace of MCP tools for the admin / open access (an API key uses
             its own ``default_ns`` or ``home_ns``).
         drain_timeout: Seconds SIGTERM waits for calls in flight.
         backup_dir: The directory served ``backup`` calls write below (None: refused).
+        metrics_every: Seconds between refreshes of the live-row gauges of ``/metrics``.
+        metrics_admin_only: ``/metrics`` needs the admin secret.
     """
 
     host: str = "127.0.0.1"
@@ -64,13 +71,17 @@ class ServerOptions:
     admin_key: str | None = None
     max_body: int = 64 << 20
     body_timeout: float = 30.0
+    header_timeout: float = 10.0
+    max_connections: int = 2048
     events: bool = True
     event_retention: timedelta | None = timedelta(days=30)
-    event_keep_max: int = 0
+    event_keep_max: int = 1_000_000
     mcp: bool = True
     mcp_namespace: str = "default"
     drain_timeout: float = 30.0
     backup_dir: str | os.PathLike[str] | None = None
+    metrics_every: float = 15.0
+    metrics_admin_only: bool = False
 
 
 class _Uvicorn(uvicorn.Server):
@@ -113,12 +124,6 @@ class Server:
                 f"serving on {opts.host} with no admin secret and no API key would refuse "
                 f"every request: set {ADMIN_KEY_ENV}, or bind 127.0.0.1"
             )
-        if gate.open:
-            _LOG.warning(
-                "no %s and no API key stored: serving WITHOUT authentication on loopback %s",
-                ADMIN_KEY_ENV,
-                opts.host,
-            )
         recorder = (
             EventRecorder(store, retention=opts.event_retention, keep_max=opts.event_keep_max)
             if opts.events
@@ -137,7 +142,9 @@ class Server:
             body_timeout=opts.body_timeout,
             registry=self.registry,
             mcp=mcp,
-            version=_version(),
+            version=memini.__version__,
+            metrics_every=opts.metrics_every,
+            metrics_admin_only=opts.metrics_admin_only,
         )
         self._sock: socket.socket | None = None
         self._uvicorn: _Uvicorn | None = None
@@ -174,6 +181,13 @@ class Server:
             sock.listen(2048)
             sock.set_inheritable(True)
             self._sock = sock
+            if self.service.gate.open:  # said when a socket opens (not for MCP over stdio)
+                _LOG.warning(
+                    "no %s and no API key stored: serving WITHOUT authentication on "
+                    "loopback %s (key management and backup still need the admin secret)",
+                    ADMIN_KEY_ENV,
+                    self.options.host,
+                )
         return self._sock
 
     @property
@@ -191,7 +205,7 @@ class Server:
     def _config(self) -> _Uvicorn:
         config = uvicorn.Config(
             self.app,
-            http=_http_protocol(),
+            http=_http_protocol(self.options.header_timeout),
             # nothing here reads the client's address: no X-Forwarded-* rewriting per request
             proxy_headers=False,
             log_level="warning",
@@ -199,6 +213,8 @@ class Server:
             lifespan="on",
             timeout_graceful_shutdown=int(self.options.drain_timeout),
             timeout_keep_alive=30,
+            # beyond it, new connections are answered 503 at once (a descriptor each)
+            limit_concurrency=self.options.max_connections,
         )
         server = _Uvicorn(config)
         server.service = self.service
@@ -236,20 +252,11 @@ class Server:
             self._sock = None
 
 
-def _http_protocol() -> Any:
-    """uvicorn's httptools protocol sending each answer in one write (`_http`), or
-    uvicorn's own choice where httptools is not installed."""
+def _http_protocol(header_timeout: float) -> Any:
+    """uvicorn's httptools protocol sending each answer in one write and timing out slow
+    headers (`_http`), or uvicorn's own choice where httptools is not installed."""
     try:
-        from memini.server._http import OneSendProtocol
+        from memini.server._http import with_header_timeout
     except ImportError:  # pragma: no cover - httptools ships with uvicorn[standard]
         return "auto"
-    return OneSendProtocol
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("memini")
-    except Exception:  # an uninstalled checkout
-        return "0"
+    return with_header_timeout(header_timeout)

@@ -58,6 +58,7 @@ from memini.errors import InvalidArgumentError, MeminiError
 from memini.server._auth import Principal, Unauthenticated
 from memini.server._openapi import openapi
 from memini.server._service import Service
+from memini.types import new_id
 
 __all__ = ["create_app"]
 
@@ -149,12 +150,15 @@ def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
 
 
 class _McpRoute:
-    """``/mcp``: the caller authenticated like any request, then handed to the MCP
-    transport with its `Principal` in the request state (the tools read it there)."""
+    """``/mcp``: the caller authenticated like any request, its body read under the same
+    size and arrival-time limits as a REST call's, then handed to the MCP transport with
+    its `Principal` in the request state (the tools read it there)."""
 
-    def __init__(self, service: Service, mcp: Any) -> None:
+    def __init__(self, service: Service, mcp: Any, max_body: int, body_timeout: float) -> None:
         self._service = service
         self._mcp = mcp
+        self._max_body = max_body
+        self._body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -163,6 +167,7 @@ class _McpRoute:
                 request.headers.get("authorization")
             )
         except MeminiError as e:
+            _LOG.warning("refused /mcp with 401: %s", e)
             await _meminierror(e)(scope, receive, send)
             return
         if self._service.draining:
@@ -171,7 +176,41 @@ class _McpRoute:
             )
             return
         scope.setdefault("state", {})["memini_principal"] = principal
+        if scope["method"] == "POST":
+            try:
+                raw = await _body(
+                    receive,
+                    request.headers.get("content-length", "").encode() or None,
+                    self._max_body,
+                    self._body_timeout,
+                )
+            except _BodyError as e:
+                await _error(e.status, "InvalidArgumentError", str(e))(scope, receive, send)
+                return
+            receive = _replay(raw, receive)
         await self._mcp.handle(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` (read already) once, then what ``receive`` gives
+    (the client's disconnect)."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+# The argument holding the memories of a write: a memory sent without an ``id`` field gets
+# a new one from the server (`new_id`; ``""`` stays refused, as by `Store`), so a caller
+# that wants no signal of which ids other tenants took (a 409) need not pick any;
+# ``upsert`` answers the id.
+_NEW_IDS: Final = {"upsert": "memory", "upsert_many": "memories"}
 
 
 def _args(method: wire.Method, raw: bytes) -> dict[str, Any]:
@@ -184,6 +223,12 @@ def _args(method: wire.Method, raw: bytes) -> dict[str, Any]:
         data = wire.loads(raw) if raw else {}
     except ValueError as e:
         raise InvalidArgumentError(f"the body is not valid JSON: {e}") from None
+    slot = _NEW_IDS.get(method.name)
+    if slot is not None and isinstance(data, dict):
+        given = data.get(slot)
+        for m in given if isinstance(given, list) else [given]:
+            if isinstance(m, dict) and "id" not in m:
+                m["id"] = new_id()
     return method.decode_args(data)
 
 
@@ -194,7 +239,11 @@ def _call_json(service: Service, principal: Principal, method: wire.Method, raw:
         InvalidArgumentError: Malformed JSON or arguments (nothing reached the store).
         MeminiError: What the call raised.
     """
-    return wire.dumps(service.invoke(principal, method, _args(method, raw)))
+    args = _args(method, raw)
+    result = service.invoke(principal, method, args)
+    if method.name == "upsert":  # the id, which the server may have made
+        result = args["memory"].id
+    return wire.dumps(result)
 
 
 def _start_in_core(
@@ -235,6 +284,8 @@ def create_app(
     registry: CollectorRegistry | None = None,
     mcp: Any = None,
     version: str = "",
+    metrics_every: float = 15.0,
+    metrics_admin_only: bool = False,
 ) -> ASGIApp:
     """The ASGI app serving ``service``.
 
@@ -246,6 +297,10 @@ def create_app(
             into it); None = a new one with the HTTP metrics only.
         mcp: A `memini.server._mcp.McpEndpoint` to serve at ``/mcp``, or None.
         version: The package version, for the OpenAPI document.
+        metrics_every: Seconds between refreshes of the live-row gauges
+            (``memini_memories_active``), done in the background: a scrape only renders
+            the registry, whatever the store's size.
+        metrics_admin_only: ``/metrics`` needs the admin secret (401/403 otherwise).
     """
     reg = registry if registry is not None else CollectorRegistry()
     requests = Counter(
@@ -336,9 +391,19 @@ def create_app(
             took[name] = time.perf_counter() - t0
             return 200, body
         except MeminiError as e:
-            return _meminierror_answer(e)
+            answer = _meminierror_answer(e)
+            if answer[0] in (401, 403):  # refusals are worth an operator's eye (no secret)
+                _LOG.warning("refused %s() with %d: %s", name, answer[0], e)
+            return answer
         except _BodyError as e:
             return _error_answer(e.status, "InvalidArgumentError", str(e))
+        except RecursionError:  # JSON nested ~1,000 deep in metadata or a filter
+            return _error_answer(
+                400,
+                "InvalidArgumentError",
+                f"the body of {name} nests too deeply: metadata, details and filters hold "
+                "JSON up to 100 levels deep",
+            )
         except Exception:
             _LOG.exception("%s() failed inside the server", name)
             return _error_answer(500, "MeminiError", f"{name}() failed inside the server (logged)")
@@ -365,9 +430,24 @@ def create_app(
         return JSONResponse({"status": "ready"})
 
     async def metrics(request: Request) -> Response:
+        if metrics_admin_only:
+            try:
+                principal = service.gate.principal(request.headers.get("authorization"))
+            except MeminiError as e:
+                return _meminierror(e)
+            if not principal.secret:
+                return _error(403, "AuthError", "/metrics needs the admin secret on this server")
+        return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
+
+    async def refresh_gauges() -> None:
+        """The live-row gauges (`Store.refresh_active_counts`), off the scrape's path."""
         with contextlib.suppress(MeminiError):
             await _in_pool(pool, service.store.refresh_active_counts)
-        return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
+
+    async def keep_gauges_fresh() -> None:
+        while True:
+            await asyncio.sleep(metrics_every)
+            await refresh_gauges()
 
     async def openapi_json(request: Request) -> Response:
         if not doc:
@@ -383,16 +463,25 @@ def create_app(
         Route("/v1/{method}", call, methods=["POST"]),
     ]
     if mcp is not None:
-        routes.append(Route("/mcp", _McpRoute(service, mcp), methods=["GET", "POST", "DELETE"]))
+        routes.append(
+            Route(
+                "/mcp",
+                _McpRoute(service, mcp, max_body, body_timeout),
+                methods=["GET", "POST", "DELETE"],
+            )
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             if mcp is not None:
                 await stack.enter_async_context(mcp.run())
+            await refresh_gauges()
+            gauges = asyncio.get_running_loop().create_task(keep_gauges_fresh())
             try:
                 yield
             finally:
+                gauges.cancel()
                 try:
                     await _in_pool(pool, service.close)
                 finally:

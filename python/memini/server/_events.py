@@ -27,11 +27,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from memini._values import metadata_to_json, now_micros
-from memini.events import EventRow, event_row
+from memini.events import EventRow, OpQueryRow, event_row, op_query
 from memini.store import Store
 from memini.types import EventKind, Memory, Tier, new_id
 
-__all__ = ["EventRecorder", "event_rows"]
+__all__ = ["CallEvents", "EventRecorder", "event_rows"]
 
 _LOG = logging.getLogger("memini.server")
 _SUMMARY_CHARS: Final = 200
@@ -84,10 +84,10 @@ def _text(value: object) -> str:
     return value if value.isascii() else value.encode("utf-8", "replace").decode("utf-8")
 
 
-class _Call:
+class CallEvents:
     """The values every row of one served call shares, and its rows as they are built."""
 
-    __slots__ = ("kind", "now", "ns", "op", "rows")
+    __slots__ = ("kind", "now", "ns", "op", "queries", "rows")
 
     def __init__(self, kind: EventKind, ns: str) -> None:
         self.op = new_id()
@@ -95,13 +95,18 @@ class _Call:
         self.ns = ns
         self.now = now_micros()
         self.rows: list[EventRow] = []
+        self.queries: list[OpQueryRow] = []
+
+    def query(self, text: str) -> None:
+        """The call's query, stored once for all its rows (`memini.events.op_query`)."""
+        if text:
+            self.queries.append(op_query(self.op, text, self.now))
 
     def row(
         self,
         detail: str,
         *,
         namespace: str | None = None,
-        query: str = "",
         memory_id: str = "",
         memory_ns: str = "",
         tier: str | None = None,
@@ -112,33 +117,32 @@ class _Call:
         ns = self.ns if namespace is None else namespace
         self.rows.append(
             event_row(
-                self.op, self.kind, ns, query, memory_id, memory_ns, tier, summary, rank,
+                self.op, self.kind, ns, "", memory_id, memory_ns, tier, summary, rank,
                 score, detail, self.now,
             )
         )  # fmt: skip
 
-    def hits(
-        self, query: str, hits: list[Any], detail: dict[str, Any], searched: list[str]
-    ) -> None:
+    def hits(self, hits: list[Any], detail: dict[str, Any], searched: list[str]) -> None:
         """One row per hit, under the hit's own namespace; when nothing was found, one row
         per namespace searched (so each tenant's log holds its own searches, and only
         those)."""
         text = metadata_to_json(detail, "detail")
         if not hits:
             for ns in searched:
-                self.row(text, namespace=ns, query=query)
+                self.row(text, namespace=ns)
         for rank, hit in enumerate(hits):
             m: Memory = hit.memory
             self.rows.append(
                 event_row(
-                    self.op, self.kind, m.namespace, query, m.id, m.namespace, m.tier.value,
+                    self.op, self.kind, m.namespace, "", m.id, m.namespace, m.tier.value,
                     _summary(m), rank, float(hit.score), text, self.now,
                 )
             )  # fmt: skip
 
 
-def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -> list[EventRow]:
-    """The event-log rows of one served call that succeeded (``[]`` for calls not logged).
+def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -> CallEvents | None:
+    """The event-log rows of one served call that succeeded, with its query (None for
+    calls not logged).
 
     Built straight as stored rows (`memini.events.event_row`) from values the store has
     checked or returned, never from the caller's raw input: ~10 `Event` objects per search
@@ -146,22 +150,22 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
     """
     kind = EventKind.RECALL if method in _SEARCHES else _KINDS.get(method)
     if kind is None:
-        return []
+        return None
     detail: dict[str, Any] = {"method": method, "caller": caller}
     raw_ns = args.get("namespace", args.get("from_ns", args.get("src", "")))
     if method in _SEARCHES:
         searched = [raw_ns] if isinstance(raw_ns, str) else [str(n) for n in raw_ns or ()]
-        call = _Call(kind, "")
+        call = CallEvents(kind, "")
         detail["k"] = args.get("k", 10)
         detail["namespaces"] = searched
-        query = _text(args.get("query", ""))
+        call.query(_text(args.get("query", "")))
         if method == "vector_search_many":
             for i, hits in enumerate(result):
-                call.hits(query, hits, {**detail, "query_index": i}, searched)
+                call.hits(hits, {**detail, "query_index": i}, searched)
         else:
-            call.hits(query, result, detail, searched)
-        return call.rows
-    call = _Call(kind, raw_ns if isinstance(raw_ns, str) else "")
+            call.hits(result, detail, searched)
+        return call
+    call = CallEvents(kind, raw_ns if isinstance(raw_ns, str) else "")
     if method in ("upsert", "upsert_many"):
         memories = [args["memory"]] if method == "upsert" else list(args["memories"])
         text = metadata_to_json(detail, "detail")
@@ -175,7 +179,7 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
                 summary=_summary(m),
                 rank=i,
             )
-        return call.rows
+        return call
     if method == "update" and isinstance(result, Memory):
         detail["fields"] = sorted(args.get("fields", {}))
         call.row(
@@ -185,7 +189,7 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
             tier=result.tier.value,
             summary=_summary(result),
         )
-        return call.rows
+        return call
     if isinstance(result, int) and not isinstance(result, bool):
         detail["count"] = result
     ids = args.get("ids")
@@ -207,7 +211,7 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
         memory_id=memory_id,
         memory_ns=call.ns if memory_id else "",
     )
-    return call.rows
+    return call
 
 
 class EventRecorder:
@@ -236,6 +240,7 @@ class EventRecorder:
         self._flush_every = flush_every
         self._prune_every = prune_every
         self._pending: list[EventRow] = []
+        self._queries: list[OpQueryRow] = []
         self._cond = threading.Condition()
         self._writing = threading.Lock()  # one batch at a time, in queue order
         self._stop = False
@@ -248,15 +253,16 @@ class EventRecorder:
         """Queue the rows of a served call that succeeded (`event_rows`) for the next batch.
         Never raises: the call was served, and a row that cannot be made is logged."""
         try:
-            rows = event_rows(method, args, result, caller)
+            call = event_rows(method, args, result, caller)
         except Exception:
             self.errors += 1
             _LOG.exception("could not make the event rows of a served %s()", method)
             return
-        if not rows:
+        if call is None or not call.rows:
             return
         with self._cond:
-            self._pending.extend(rows)
+            self._pending.extend(call.rows)
+            self._queries.extend(call.queries)
             if len(self._pending) >= 2_000:
                 self._cond.notify()
 
@@ -274,11 +280,11 @@ class EventRecorder:
             if stop:
                 return
 
-    def _write(self, batch: list[EventRow]) -> None:
+    def _write(self, batch: list[EventRow], queries: list[OpQueryRow]) -> None:
         if not batch:
             return
         try:
-            self._store._append_event_rows(batch)
+            self._store._append_event_rows(batch, queries)
             self.written += len(batch)
         except Exception:  # the calls were served; a lost log row must not stop serving
             self.errors += len(batch)
@@ -302,7 +308,8 @@ class EventRecorder:
         with self._writing:
             with self._cond:
                 batch, self._pending = self._pending, []
-            self._write(batch)
+                queries, self._queries = self._queries, []
+            self._write(batch, queries)
 
     def close(self) -> None:
         """Write what is queued, prune, and stop the thread. Idempotent."""
