@@ -26,7 +26,7 @@ from memini import (
     Tier,
     _wire,
 )
-from memini._convert import filter_to_spec
+from memini import _convert as cv
 from memini._core import Engine
 
 NS = "ns"
@@ -767,7 +767,7 @@ def test_filters_match_model(store: Store, data: st.DataObject) -> None:
 # predicate are the code giving each field its meaning, checked by the cases above.
 
 RUST_TYPES = Path(__file__).resolve().parents[1] / "rust" / "types.rs"
-SPEC = filter_to_spec(Filter(), NOW)
+SPEC = cv.filter_to_spec(Filter(), NOW)
 
 
 def filter_spec_keys() -> list[str]:
@@ -814,7 +814,7 @@ def test_every_filter_field_is_tested_on_every_backend() -> None:
     """A `Filter` field without cases above (run on disk, in memory, served and on
     PostgreSQL) or outside the model of `test_filters_match_model` fails here: so a field the
     wire or PostgreSQL do not honour cannot be added unnoticed."""
-    spec = filter_to_spec(every_field_set(), NOW)
+    spec = cv.filter_to_spec(every_field_set(), NOW)
     assert [k for k in spec if spec[k] == SPEC[k]] == [], "add FIELD_CASES for these fields"
     drawn_always = {"include_expired", "include_superseded", "now", "sort"}  # filter_strategy
     assert set(FEATURES) | drawn_always == {f.name for f in dataclasses.fields(Filter)}
@@ -845,7 +845,7 @@ def test_postgres_reads_every_spec_key() -> None:
 def test_wire_carries_every_filter_field() -> None:
     f = every_field_set()
     back = _wire.decode(_wire.loads(_wire.dumps(_wire.encode(f, Filter))), Filter, "filter")
-    assert filter_to_spec(back) == filter_to_spec(f)
+    assert cv.filter_to_spec(back) == cv.filter_to_spec(f)
 
 
 BAD_SPECS = [
@@ -880,3 +880,8 @@ def test_binding_refuses_a_spec_with_a_key_missing_or_unknown(
         with pytest.raises(InvalidArgumentError, match=match):
             call()
     assert engine.count(NS, SPEC) == 0  # the complete spec is taken
+
+
+def test_a_filter_field_of_an_uncovered_type_fails_at_import() -> None:
+    with pytest.raises(TypeError, match=r"Filter.colour has type .*add one to _FILTER_RULES"):
+        cv._rule(Filter, "colour", bytes)

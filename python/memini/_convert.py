@@ -33,7 +33,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import UnionType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
@@ -285,26 +285,37 @@ def _level_values(value: object, what: str) -> list[str | None]:
     ]
 
 
-def _texts(value: object, what: str) -> list[str]:
-    return check_text_list(value, what, unordered=True)
-
-
 _FILTER_RULES: Final[dict[object, _Rule]] = {
     Sequence[Tier]: _tier_values,
     Sequence[Level | None]: _level_values,
-    Sequence[str]: _texts,
+    Sequence[str]: functools.partial(check_text_list, unordered=True),
     Mapping[str, str]: _pairs,
     bool: check_bool,
     datetime | None: opt_micros,
     SortKey: _enum_rule(SortKey),
 }
 
-# A spec key's entry: (attribute, spec key, name in errors, rule).
-_SpecPart = tuple[str, str, str, _Rule]
-# A `Filter` field's entry: (attribute, its default if immutable (else a marker), name in
-# errors, spec key, rule, None); for a dataclass field (``sort``), the rule checks the
-# instance (None = its default) and the last item holds the entries of its fields instead.
-_SpecField = tuple[str, object, str, str, _Rule, tuple[_SpecPart, ...] | None]
+
+class _SpecPart(NamedTuple):
+    """How a spec key is made from a field of a dataclass-typed `Filter` field."""
+
+    attr: str
+    key: str
+    what: str  # its name in errors
+    rule: _Rule
+
+
+class _SpecField(NamedTuple):
+    """How a `Filter` field becomes its spec key (``key`` by ``rule``) or, a dataclass field
+    (``sort``), its keys (``rule`` checks the instance, None = the class's default; ``parts``
+    make the keys from its fields)."""
+
+    name: str
+    default: object  # its default if immutable, else a marker no value is
+    what: str  # its name in errors
+    key: str
+    rule: _Rule
+    parts: tuple[_SpecPart, ...] | None
 
 
 def _rule(owner: type, name: str, hint: object) -> _Rule:
@@ -348,7 +359,7 @@ def _spec_fields() -> tuple[_SpecField, ...]:
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             inner = typing.get_type_hints(hint)
             parts = tuple(
-                (
+                _SpecPart(
                     g.name,
                     f"{f.name}_{g.name}",
                     f"{what}.{g.name}",
@@ -356,30 +367,19 @@ def _spec_fields() -> tuple[_SpecField, ...]:
                 )
                 for g in dataclasses.fields(hint)
             )
-            out.append((f.name, default, what, "", _instance_rule(hint), parts))
+            out.append(_SpecField(f.name, default, what, "", _instance_rule(hint), parts))
         else:
-            out.append((f.name, default, what, f.name, _rule(Filter, f.name, hint), None))
+            out.append(_SpecField(f.name, default, what, f.name, _rule(Filter, f.name, hint), None))
     return tuple(out)
 
 
 _FILTER_SPEC: Final = _spec_fields()
 
 
-def _put(
-    spec: dict[str, Any],
-    value: object,
-    what: str,
-    key: str,
-    rule: _Rule,
-    parts: tuple[_SpecPart, ...] | None,
-) -> None:
-    """Validate one `Filter` field's value and set its spec key(s)."""
-    value = rule(value, what)
-    if parts is None:
-        spec[key] = value
-    else:
-        for attr, part_key, part_what, part_rule in parts:
-            spec[part_key] = part_rule(getattr(value, attr), part_what)
+def _put_parts(spec: dict[str, Any], value: object, parts: tuple[_SpecPart, ...]) -> None:
+    """Set the spec keys of a checked dataclass-typed field's value (a `Sort`)."""
+    for attr, key, what, rule in parts:
+        spec[key] = rule(getattr(value, attr), what)
 
 
 def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
@@ -410,8 +410,12 @@ def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
             raise InvalidArgumentError(f"filter must be a Filter or None, got {type(f).__name__}")
         for name, default, what, key, rule, parts in _FILTER_SPEC:
             value = getattr(f, name)
-            if value is not default:  # a field left at its default keeps the default's entry
-                _put(spec, value, what, key, rule, parts)
+            if value is default:  # a field left at its default keeps the default's entry
+                continue
+            if parts is None:
+                spec[key] = rule(value, what)
+            else:
+                _put_parts(spec, rule(value, what), parts)
     if spec["now"] is None:
         spec["now"] = now_micros() if now is None else to_micros(now, "now")
     return spec
@@ -422,7 +426,10 @@ def _default_spec() -> dict[str, Any]:
     spec: dict[str, Any] = {}
     f = Filter()
     for name, _, what, key, rule, parts in _FILTER_SPEC:
-        _put(spec, getattr(f, name), what, key, rule, parts)
+        if parts is None:
+            spec[key] = rule(getattr(f, name), what)
+        else:
+            _put_parts(spec, rule(getattr(f, name), what), parts)
     return spec
 
 
