@@ -19,7 +19,7 @@ fn invalid(py: Python<'_>, msg: String) -> PyErr {
 }
 
 /// A dict key, made once per process (`intern!`): a lookup with a `&str` key builds and
-/// hashes a new string each time (21 per row written, 17 per filter).
+/// hashes a new string each time (21 per row written, 15 per filter).
 macro_rules! key {
     ($d:expr, $name:expr) => {
         intern!($d.py(), $name)
