@@ -50,6 +50,7 @@ from memini._values import (
     to_micros,
 )
 from memini.errors import InvalidArgumentError, NotFoundError, StoreClosedError
+from memini.limits import check_limit
 from memini.postgres import _meta
 from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, upsert
 from memini.postgres._filter import LIVE_AT, ORDER_COLUMNS, where
@@ -942,6 +943,6 @@ class PgMeta:
 
     def prune_events(self, older_than: datetime | None = None, keep_max: int = 0) -> int:
         cutoff = None if older_than is None else to_micros(older_than, "older_than")
-        keep = check_int(keep_max, "keep_max")
+        keep = check_limit(keep_max, "keep_max")
         with self._p.tx() as conn:
             return _meta.prune_events(conn, cutoff, keep)
