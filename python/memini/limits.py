@@ -32,6 +32,7 @@ __all__ = [
     "MAX_POOL",
     "MAX_QUERIES",
     "MAX_QUERY_CHARS",
+    "PARAMETERS",
     "check_at_most",
     "check_k",
     "check_limit",
@@ -47,6 +48,18 @@ MAX_QUERIES: Final = _core.MAX_QUERIES
 MAX_QUERY_CHARS: Final = _core.MAX_QUERY_CHARS
 MAX_NAMESPACES: Final = _core.MAX_NAMESPACES
 MAX_NAMESPACE_CHARS: Final = _core.MAX_NAMESPACE_CHARS
+
+PARAMETERS: Final[dict[str, dict[str, dict[str, int]]]] = {
+    "k": {"integer": {"minimum": 1, "maximum": MAX_K}},
+    "pool": {"integer": {"minimum": 1, "maximum": MAX_POOL}},
+    "limit": {"integer": {"maximum": MAX_LIMIT}},
+    "offset": {"integer": {"minimum": 0, "maximum": MAX_LIMIT}},
+    "keep_max": {"integer": {"maximum": MAX_LIMIT}},
+    "query": {"string": {"maxLength": MAX_QUERY_CHARS}},
+    "namespace": {"array": {"minItems": 1, "maxItems": MAX_NAMESPACES}},  # recall's list
+}
+"""The JSON-schema bounds of the served methods' parameters of these names, by JSON type
+(the server's OpenAPI document states them; every served method gives a name one meaning)."""
 
 
 def check_at_most(value: int, what: str, maximum: int) -> int:

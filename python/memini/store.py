@@ -140,12 +140,12 @@ def _namespaces(namespace: object) -> list[str]:
     names = _texts(namespace, "namespace")
     if not names:
         raise InvalidArgumentError("namespace list is empty: name at least one namespace")
-    unique = list(dict.fromkeys(names))
-    if len(unique) > limits.MAX_NAMESPACES:
+    if len(names) > limits.MAX_NAMESPACES:
         raise InvalidArgumentError(
             f"namespace list must be at most {limits.MAX_NAMESPACES} namespaces, "
-            f"got {len(unique)} (split the call, or link namespaces and use linked=True)"
+            f"got {len(names)} (split the call, or link namespaces and use linked=True)"
         )
+    unique = list(dict.fromkeys(names))
     return unique
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from memini import _wire as wire
+from memini import limits
 from memini.store import Store
 
 __all__ = ["openapi"]
@@ -84,6 +85,15 @@ def _schema(hint: object, components: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _bounded(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    """``schema`` with the bounds `memini.limits` gives parameter ``name``, on the
+    alternative of each bounded JSON type."""
+    bounds = limits.PARAMETERS.get(name, {})
+    if "anyOf" in schema:
+        return {**schema, "anyOf": [_bounded(o, name) for o in schema["anyOf"]]}
+    return {**schema, **bounds.get(schema.get("type", ""), {})}
+
+
 _ERROR = {
     "type": "object",
     "properties": {
@@ -121,7 +131,7 @@ def openapi(version: str) -> dict[str, Any]:
                     "description": "the Memory fields to change, by name",
                 }
                 continue
-            props[pname] = _schema(m.params[pname], components)
+            props[pname] = _bounded(_schema(m.params[pname], components), pname)
             if p.default is p.empty:
                 required.append(pname)
         doc = (m_doc := getattr(Store, name).__doc__ or "").strip()
