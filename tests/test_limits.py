@@ -312,10 +312,13 @@ def test_a_malformed_namespace_is_refused_on_write(store: Any, bad: str, why: st
         store.reassign("ok", ["m"], bad)
     with pytest.raises(InvalidArgumentError, match=f"link.dst.*{why}"):
         store.put_link(NamespaceLink(src="ok", dst=bad))
+    store.put_link(NamespaceLink(src="ok", dst="ok2"))
+    with pytest.raises(InvalidArgumentError, match=f"to_ns.*{why}"):
+        store.rename_link_endpoints("ok2", bad)
     # nothing of it stored
     assert store.list_namespaces() == ["ok"]
     assert [m.id for m in store.list("ok")] == ["m"]
-    assert store.list_all_links() == []
+    assert [(lk.src, lk.dst) for lk in store.list_all_links()] == [("ok", "ok2")]
 
 
 @pytest.mark.parametrize("good", GOOD_NAMESPACES, ids=range(len(GOOD_NAMESPACES)))

@@ -177,3 +177,28 @@ def test_mcp_text_in_with_the_local_embedder(tmp_path: Path) -> None:
     anyio.run(main)
     with memini.Store.open(tmp_path / "store") as s:
         assert s.embed_model().endswith("all-MiniLM-L6-v2")
+
+
+def test_mcp_recall_with_a_huge_k_is_a_tool_error_naming_the_limit(served: Server) -> None:
+    """One ``memory_recall`` with k=1e9 from any key once stopped the server (allocation
+    abort in the core's fusion); now it is the tool's error and the server answers on."""
+
+    async def main() -> None:
+        headers = {"authorization": f"Bearer {KEY}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(f"{served.url}/mcp", http_client=http) as (read, write, *_),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await session.call_tool("memory_remember", {"content": "hello there"})
+            for k in (10**9, 2**45, 2**63 - 1):
+                out = await session.call_tool("memory_recall", {"query": "hello", "k": k})
+                assert out.is_error
+                assert "k must be at most 10000" in out.content[0].text
+            long = await session.call_tool("memory_recall", {"query": "x" * 4097})
+            assert long.is_error and "query must be at most 4096" in long.content[0].text
+            hits = _data(await session.call_tool("memory_recall", {"query": "hello", "k": 10_000}))
+            assert len(hits) == 1
+
+    anyio.run(main)

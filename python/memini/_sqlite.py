@@ -41,7 +41,7 @@ from memini.errors import (
     MeminiError,
     StoreClosedError,
 )
-from memini.limits import check_limit
+from memini.limits import check_limit, check_namespace
 from memini.types import APIKey, Event, EventFilter, NamespaceLink
 
 __all__ = ["FILE_NAME", "SCHEMA_VERSION", "MetaDB"]
@@ -533,7 +533,7 @@ class MetaDB:
             StoreClosedError: The database is closed.
         """
         from_ns = check_text(from_ns, "from_ns", non_empty=True)
-        to_ns = check_text(to_ns, "to_ns", non_empty=True)
+        to_ns = check_namespace(to_ns, "to_ns")
         with self._write() as conn:
             _links.rename_link_endpoints(conn, from_ns, to_ns)
 

@@ -1246,7 +1246,7 @@ class Store:
         """Rewrite both ends of links from ``from_ns`` to ``to_ns`` (see API.md on collisions)."""
         self._check()
         try:
-            self._meta.rename_link_endpoints(from_ns, limits.check_namespace(to_ns, "to_ns"))
+            self._meta.rename_link_endpoints(from_ns, to_ns)
         finally:
             self._links_changed()
 
