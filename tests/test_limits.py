@@ -350,9 +350,26 @@ def test_the_cli_refuses_a_malformed_namespace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str, why: str
 ) -> None:
     rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps({"id": "a", "content": "hello", "embedding": [1, 0, 0, 0]}) + "\n")
+    rows.write_text(
+        json.dumps({"id": "a", "content": "hello", "embedding": [1, 0, 0, 0]})
+        + "\n"
+        + json.dumps({"id": "b", "namespace": bad, "content": "hello"})
+        + "\n"
+    )
     store = str(tmp_path / "s")
-    assert main(["import", str(rows), "--store", store, "--dims", "4", "--namespace", bad]) != 0
-    assert re.search(f"namespace.*{why}", capsys.readouterr().err)
+    # the option: refused before the store is opened
+    for argv in (
+        ["import", str(rows), "--store", store, "--namespace", bad],
+        ["serve", "--store", store, "--mcp-namespace", bad],
+        ["mcp", "--store", store, "--namespace", bad],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        assert re.search(f"namespace.*{why}", capsys.readouterr().err), argv
+    assert not Path(store).exists()
+    # a line's namespace: that line refused, naming it, the others land
+    assert main(["import", str(rows), "--store", store, "--dims", "4"]) != 0
+    assert re.search(f"line 2: namespace.*{why}", capsys.readouterr().err)
     with Store.open(store) as s:
-        assert s.list_namespaces() == []
+        assert s.list_namespaces() == ["default"]
