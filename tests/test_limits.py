@@ -267,6 +267,8 @@ def test_the_openapi_document_states_the_limits() -> None:
     assert props("keyword_search")["query"]["maxLength"] == limits.MAX_QUERY_CHARS
     assert props("list")["offset"] == {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
     assert props("recall")["namespace"]["anyOf"][1]["maxItems"] == limits.MAX_NAMESPACES
+    event_filter = doc["components"]["schemas"]["EventFilter"]["properties"]["limit"]
+    assert event_filter == {"type": "integer", "maximum": limits.MAX_LIMIT}
     for method, params in SWEPT.items():
         for param in params:
             schema = props(method)[param]

@@ -57,9 +57,11 @@ PARAMETERS: Final[dict[str, dict[str, dict[str, int]]]] = {
     "keep_max": {"integer": {"maximum": MAX_LIMIT}},
     "query": {"string": {"maxLength": MAX_QUERY_CHARS}},
     "namespace": {"array": {"minItems": 1, "maxItems": MAX_NAMESPACES}},  # recall's list
+    "EventFilter.limit": {"integer": {"maximum": MAX_LIMIT}},
 }
-"""The JSON-schema bounds of the served methods' parameters of these names, by JSON type
-(the server's OpenAPI document states them; every served method gives a name one meaning)."""
+"""The JSON-schema bounds of the served methods' parameters of these names (and of the
+dataclass fields named ``Class.field``), by JSON type: the server's OpenAPI document states
+them; every served method gives a parameter name one meaning."""
 
 
 def check_at_most(value: int, what: str, maximum: int) -> int:

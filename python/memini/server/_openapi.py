@@ -66,7 +66,10 @@ def _schema(hint: object, components: dict[str, Any]) -> dict[str, Any]:
             components[name] = {
                 "type": "object",
                 "additionalProperties": False,
-                "properties": {f.name: _schema(hints[f.name], components) for f in fields},
+                "properties": {
+                    f.name: _bounded(_schema(hints[f.name], components), f"{name}.{f.name}")
+                    for f in fields
+                },
                 "required": [
                     f.name
                     for f in fields
