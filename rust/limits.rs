@@ -71,11 +71,14 @@ pub fn query(text: &str) -> Result<()> {
     if as_u64(text.len()) <= MAX_QUERY_CHARS {
         return Ok(());
     }
-    at_most(
-        "query length (characters)",
-        as_u64(text.chars().count()),
-        MAX_QUERY_CHARS,
-    )
+    let chars = as_u64(text.chars().count());
+    if chars <= MAX_QUERY_CHARS {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "query must be at most {MAX_QUERY_CHARS} characters, got {chars} (search with the \
+         question, not the document)"
+    )))
 }
 
 /// Refuses a namespace name that is not 1 ..= [`MAX_NAMESPACE_CHARS`] characters, holds a

@@ -24,6 +24,7 @@ from memini import (
     Scored,
     Store,
     Tier,
+    limits,
 )
 
 NS = "ns"
@@ -708,10 +709,10 @@ def test_every_real_vector_is_found_first_by_itself(tmp_path: Path) -> None:
             )
         lost = [
             i
-            for b in range(0, n, 5_000)
+            for b in range(0, n, limits.MAX_QUERIES)
             for i, hits in zip(
-                range(b, min(n, b + 5_000)),
-                s.vector_search_many(NS, vectors[b : b + 5_000], k=1),
+                range(b, min(n, b + limits.MAX_QUERIES)),
+                s.vector_search_many(NS, vectors[b : b + limits.MAX_QUERIES], k=1),
                 strict=True,
             )
             if hits[0].memory.id != f"r{i}"

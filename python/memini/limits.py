@@ -64,17 +64,21 @@ dataclass fields named ``Class.field``), by JSON type: the server's OpenAPI docu
 them; every served method gives a parameter name one meaning."""
 
 
+def _too_large(what: str, maximum: int, value: object) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{what} must be at most {maximum}, got {value}")
+
+
 def check_at_most(value: int, what: str, maximum: int) -> int:
     """``value`` when it is at most ``maximum``, else `InvalidArgumentError` naming both."""
     if value > maximum:
-        raise InvalidArgumentError(f"{what} must be at most {maximum}, got {value}")
+        raise _too_large(what, maximum, value)
     return value
 
 
 def _size(value: object, what: str, maximum: int, *, non_negative: bool = False) -> int:
     n = check_int(value, what, non_negative=non_negative, saturate=True)  # type and sign
-    if n > maximum:  # named unclamped: 2**64 is not shown as 2**63-1
-        raise InvalidArgumentError(f"{what} must be at most {maximum}, got {value}")
+    if n > maximum:  # named as given: 2**64 is not shown clamped to 2**63-1
+        raise _too_large(what, maximum, value)
     return n
 
 

@@ -36,7 +36,7 @@ impl Engine {
     ) -> Result<Vec<Vec<Scored>>> {
         limits::k(k)?;
         limits::at_most(
-            "number of queries",
+            "number of query vectors",
             u64::try_from(queries.len()).unwrap_or(u64::MAX),
             limits::MAX_QUERIES,
         )?;
