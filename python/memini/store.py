@@ -996,7 +996,8 @@ class Store:
 
         Raises:
             DimensionMismatchError: Query of the wrong length.
-            InvalidArgumentError: ``k < 1`` or a malformed query/filter.
+            InvalidArgumentError: ``k`` outside 1 .. 10,000 (`memini.limits`) or a malformed
+                query/filter.
         """
         return self._engine.vector_search(*self._vector_search_args(namespace, vector, filter, k))
 
@@ -1029,7 +1030,8 @@ class Store:
     ) -> builtins.list[Scored]:
         """BM25 search over content, summary and tags, best first, positive scores.
 
-        Any str is a valid query (never parsed as syntax); its words are OR-ed, English
+        Any str of at most 4,096 characters (`memini.limits.MAX_QUERY_CHARS`) is a valid
+        query (never parsed as syntax); its words are OR-ed, English
         stopwords ("what", "did", "the", ... NLTK's list) left out unless the query has no
         other word; a query with no word of >= 2 letters/digits returns ``[]``. BM25
         statistics are corpus-wide. (Dropping stopwords: keyword-only R@10 on LoCoMo 0.668
@@ -1133,9 +1135,10 @@ class Store:
         before returning; the returned memories show the rows as they were found.
 
         Raises:
-            InvalidArgumentError: ``k < 1``, ``pool < k``, ``alpha`` outside [0, 1],
-                ``rrf_k <= 0``, an unknown ``fusion`` or ``rerank``, an empty namespace
-                list or one of more than 64, a malformed filter.
+            InvalidArgumentError: ``k`` outside 1 .. 10,000, ``pool`` outside ``k`` ..
+                100,000, a query over 4,096 characters (`memini.limits`), ``alpha``
+                outside [0, 1], ``rrf_k <= 0``, an unknown ``fusion`` or ``rerank``, an
+                empty namespace list or one of more than 64, a malformed filter.
             DimensionMismatchError: ``vector`` of the wrong length.
         """
         self._check()
