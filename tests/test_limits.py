@@ -29,7 +29,7 @@ import httpx
 import numpy as np
 import pytest
 
-from memini import InvalidArgumentError, Memory, NamespaceLink, Store, _core, limits
+from memini import EventFilter, InvalidArgumentError, Memory, NamespaceLink, Store, _core, limits
 from memini._served import SERVED
 from memini.cli import main
 
@@ -251,6 +251,12 @@ def test_queries_and_namespaces_per_call_are_capped(store: Any) -> None:
     assert store.recall(names, "hello") == []
     with pytest.raises(InvalidArgumentError, match="namespace list must be at most 64"):
         store.recall([*names, "n0"], "hello")
+
+
+def test_an_event_filter_limit_is_capped(store: Any) -> None:
+    assert store.list_events(EventFilter(limit=limits.MAX_LIMIT)) == []
+    with pytest.raises(InvalidArgumentError, match=r"filter\.limit must be at most 2147483647"):
+        store.list_events(EventFilter(limit=limits.MAX_LIMIT + 1))
 
 
 def test_the_openapi_document_states_the_limits() -> None:
