@@ -440,13 +440,8 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
             f"filter must be an EventFilter or None, got {type(filter).__name__}"
         )
     namespace = check_text(filter.namespace, "filter.namespace")
-    namespaces = (
-        (namespace,)
-        if namespace
-        else tuple(
-            dict.fromkeys(check_text_list(filter.namespaces, "filter.namespaces", unordered=True))
-        )
-    )
+    listed = check_text_list(filter.namespaces, "filter.namespaces", unordered=True)
+    namespaces = (namespace,) if namespace else tuple(dict.fromkeys(listed))
     before_id = check_int(filter.before_id, "filter.before_id")
     if before_id < 0:
         raise InvalidArgumentError(f"filter.before_id must be >= 0, got {before_id}")
