@@ -30,12 +30,24 @@ __all__ = ["openapi"]
 # float32 rounds this double (halfway past its largest value) and any above it to infinity
 _F32_BOUND: Final = 2.0**128 - 2.0**103
 _NAME: Final = {"string": {"minLength": 1}}
-_NAMESPACE: Final = {"string": {"minLength": 1, "maxLength": limits.MAX_NAMESPACE_CHARS}}
+
+_NAMESPACE: Final = {
+    "string": {
+        "minLength": 1,
+        "maxLength": limits.MAX_NAMESPACE_CHARS,
+        # no pattern: JSON Schema's `$` and Python's differ on a final newline
+        "description": "a namespace: no control, format or line-separator character (Unicode "
+        "Cc, Cf, Zl, Zp), not whitespace alone",
+    }
+}
 _UNIT: Final = {"number": {"minimum": 0, "maximum": 1}}
 _COUNT: Final = {"integer": {"minimum": 0}}
 _RULES: Final[dict[str, dict[str, dict[str, Any]]]] = {
     # arguments by name
-    **dict.fromkeys(("to_ns", "contradicted_by", "path"), _NAME),
+    **dict.fromkeys(("contradicted_by", "path"), _NAME),
+    "to_ns": _NAME,
+    "reassign.to_ns": _NAMESPACE,
+    **dict.fromkeys(("rename_api_key_namespaces.from_ns", "rename_link_endpoints.from_ns"), _NAME),
     **dict.fromkeys(("confidence", "alpha"), _UNIT),
     "rrf_k": {"number": {"exclusiveMinimum": 0}},
     # fields as Class.field (a read of an empty or malformed name finds nothing; a write of
@@ -47,7 +59,8 @@ _RULES: Final[dict[str, dict[str, dict[str, Any]]]] = {
     "Memory.access_count": _COUNT,
     "EventFilter.before_id": _COUNT,
 }
-"""JSON Schema keywords of an argument by name, or of a field as ``Class.field``, by JSON
+"""JSON Schema keywords of an argument by name (``method.argument`` for one method's), or
+of a field as ``Class.field``, by JSON
 type, merged into every schema of that type in the slot (the members of a union, the items
 of a list): what the store's own checks refuse. The sizes come from
 `memini.limits.PARAMETERS`, merged in `_rule`."""
@@ -228,7 +241,8 @@ def openapi(version: str, dims: int) -> dict[str, Any]:
             if pname == m.var_keyword:
                 props[pname] = _update_fields(ctx)
                 continue
-            props[pname] = _schema(m.params[pname], ctx, pname)
+            schema = _schema(m.params[pname], ctx, pname)
+            props[pname] = _refine(schema, _rule(f"{name}.{pname}"))
             if p.default is p.empty:
                 required.append(pname)
         doc = (m_doc := getattr(Store, name).__doc__ or "").strip()
