@@ -150,11 +150,16 @@ pub enum FaultPoint {
     Write,
     /// Saving the indexes at a checkpoint.
     Checkpoint,
+    /// A write panics inside its group, before the commit (as a bug in it would).
+    WritePanic,
+    /// The commit leader panics applying a committed group to the vector index (as a bug
+    /// in it would).
+    ApplyPanic,
 }
 
 /// Armed failpoints: how many more passes through each point fail.
 #[derive(Default)]
-struct Faults([AtomicU32; 5]);
+struct Faults([AtomicU32; 7]);
 
 impl Faults {
     fn arm(&self, point: FaultPoint, times: u32) {
@@ -172,6 +177,24 @@ impl Faults {
             Ok(())
         }
     }
+
+    /// Panics (once per armed pass) at `point`.
+    fn panic_at(&self, point: FaultPoint) {
+        if let Err(e) = self.check(point) {
+            panic!("{e}");
+        }
+    }
+}
+
+/// A panic caught while `doing` something, as the error its writers get.
+fn panicked(doing: &str, payload: &(dyn std::any::Any + Send)) -> Error {
+    let why = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    log::error!("{doing} panicked: {why}");
+    Error::Storage(format!("{doing} panicked ({why})"))
 }
 
 /// An open store.
