@@ -69,6 +69,9 @@ pub struct Options {
     pub metric: Option<Metric>,
     /// Search-plan thresholds; tests lower them to reach every plan with few rows.
     pub tuning: Tuning,
+    /// Remove the derived indexes (once the directory is locked) so that they are rebuilt
+    /// from the rows (`memini check --repair`).
+    pub rebuild_indexes: bool,
 }
 
 /// Counters persisted in the row store's meta table.
@@ -200,7 +203,6 @@ fn panicked(doing: &str, payload: &(dyn std::any::Any + Send)) -> Error {
 /// An open store.
 struct Inner {
     dir: Option<PathBuf>,
-    _lock: Option<File>,
     dims: usize,
     metric: Metric,
     rows: RwLock<RowStore>,
@@ -225,6 +227,9 @@ struct Inner {
     /// overlay full waits on it, holding `overlay_wait` (see `commit`).
     thawed: Condvar,
     overlay_wait: Mutex<()>,
+    /// The directory's lock. Last: fields drop in order, so it is released only once the
+    /// row store's file and the indexes are (else the next owner finds the row store open).
+    _lock: Option<File>,
 }
 
 /// The memory store core. Thread-safe; every method takes `&self`.

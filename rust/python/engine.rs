@@ -38,12 +38,13 @@ fn tiers<'py>(py: Python<'py>, ts: Vec<Tier>) -> PyResult<Bound<'py, PyList>> {
 #[pymethods]
 impl PyEngine {
     #[new]
-    #[pyo3(signature = (path, dims, metric))]
+    #[pyo3(signature = (path, dims, metric, *, rebuild_indexes = false))]
     fn new(
         py: Python<'_>,
         path: Option<PathBuf>,
         dims: Option<i64>,
         metric: Option<String>,
+        rebuild_indexes: bool,
     ) -> PyResult<Self> {
         let dims = match dims {
             Some(d) if d < 1 => {
@@ -66,6 +67,7 @@ impl PyEngine {
                 &Options {
                     dims,
                     metric,
+                    rebuild_indexes,
                     ..Options::default()
                 },
             )
