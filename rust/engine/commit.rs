@@ -353,7 +353,8 @@ impl Inner {
                             err @ (Error::NotFound(_)
                             | Error::Conflict(_)
                             | Error::InvalidArgument(_)
-                            | Error::DimensionMismatch(_)),
+                            | Error::DimensionMismatch(_)
+                            | Error::Interrupted),
                         ) => Err(err),
                         _ => Err(e.clone().within(&prefix)),
                     });

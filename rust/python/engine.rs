@@ -7,10 +7,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::convert;
-use super::errors::{run, to_py};
+use super::errors::{run, run_interruptible, to_py};
 use super::spawn::{spawn, Completions, Reply};
 use crate::engine::{Engine, FaultPoint, Options, RecallQuery, Source};
-use crate::error::Error;
+use crate::error::{Error, INTERRUPT_EVERY};
 use crate::types::{Metric, Micros, Tier};
 
 /// The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL.
@@ -119,11 +119,16 @@ impl PyEngine {
     }
 
     fn upsert_many(&self, py: Python<'_>, rows: Vec<Bound<'_, PyDict>>) -> PyResult<Vec<bool>> {
-        let ms = rows
-            .iter()
-            .map(convert::new_memory)
-            .collect::<PyResult<Vec<_>>>()?;
-        run(py, || self.engine.upsert_many(ms))
+        let mut ms = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            if i % INTERRUPT_EVERY == 0 {
+                py.check_signals()?;
+            }
+            ms.push(convert::new_memory(row)?);
+        }
+        run_interruptible(py, |interrupt| {
+            self.engine.upsert_many_interruptible(ms, interrupt)
+        })
     }
 
     fn update<'py>(
