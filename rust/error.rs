@@ -38,7 +38,7 @@ pub fn uninterrupted() -> Interrupt {
 /// # Errors
 /// The interrupt's.
 pub fn check_every(interrupt: &Interrupt, i: usize) -> Result<()> {
-    if i % INTERRUPT_EVERY == 0 {
+    if i.is_multiple_of(INTERRUPT_EVERY) {
         interrupt()
     } else {
         Ok(())

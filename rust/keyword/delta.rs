@@ -10,11 +10,11 @@
 //!   in the segments that now hold the folded documents and a delta without them, in one step
 //!   under the delta's lock ([`Delta::split_after`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use tantivy::schema::Field;
-use tantivy::Searcher;
+use tantivy::{DocId, Searcher};
 
 use super::analysis::analyzer;
 use super::stats::{committed_doc, norm, Shadowed};
@@ -50,6 +50,8 @@ pub(super) struct Delta {
     /// The committed documents, alive in the searched segments, of rows in `changed`: no
     /// longer live, left out of the statistics.
     pub(super) shadowed: HashMap<u64, Shadowed>,
+    /// The shadowed documents by segment (its index in the searcher), in order.
+    pub(super) shadowed_docs: BTreeMap<u32, BTreeSet<DocId>>,
     /// The `rid` and `text` fields.
     fields: (Field, Field),
 }
@@ -67,6 +69,7 @@ impl Delta {
             committed_tokens,
             changed: HashMap::new(),
             shadowed: HashMap::new(),
+            shadowed_docs: BTreeMap::new(),
             fields,
         }
     }
@@ -80,13 +83,11 @@ impl Delta {
     /// Notes a change of row `rid` at changelog sequence `seq` (its committed document, if
     /// alive in the searched segments, is shadowed from now on) and enters its new document
     /// (None: a delete).
-    pub(super) fn change(&mut self, rid: u64, doc: Option<&Doc>, seq: u64) -> Result<()> {
+    pub(super) fn change(&mut self, rid: u64, doc: Option<Doc>, seq: u64) -> Result<()> {
         let at = self.changed.entry(rid).or_default();
         *at = (*at).max(seq);
         if !self.shadowed.contains_key(&rid) {
-            if let Some(s) = committed_doc(&self.searcher, self.fields, rid)? {
-                self.shadowed.insert(rid, s);
-            }
+            self.shadow(rid)?;
         }
         match doc {
             Some(d) => self.insert(rid, d, seq),
@@ -102,10 +103,16 @@ impl Delta {
         self.searcher = searcher;
         self.committed_tokens = committed_tokens;
         self.shadowed.clear();
-        for rid in self.changed.keys() {
-            if let Some(s) = committed_doc(&self.searcher, self.fields, *rid)? {
-                self.shadowed.insert(*rid, s);
-            }
+        self.shadowed_docs.clear();
+        let rids: Vec<u64> = self.changed.keys().copied().collect();
+        rids.into_iter().try_for_each(|rid| self.shadow(rid))
+    }
+
+    /// Shadows the committed document of row `rid`, if one is alive in the searched segments.
+    fn shadow(&mut self, rid: u64) -> Result<()> {
+        if let Some(s) = committed_doc(&self.searcher, self.fields, rid)? {
+            self.shadowed.insert(rid, s);
+            self.shadowed_docs.entry(s.seg).or_default().insert(s.doc);
         }
         Ok(())
     }
@@ -127,7 +134,7 @@ impl Delta {
 
     /// Analyses and enters row `rid`'s document, changed at changelog sequence `seq`,
     /// replacing the one the delta held.
-    pub(super) fn insert(&mut self, rid: u64, doc: &Doc, seq: u64) {
+    pub(super) fn insert(&mut self, rid: u64, doc: Doc, seq: u64) {
         self.remove(rid);
         let mut analyzer = analyzer();
         let mut stream = analyzer.token_stream(&doc.text);
@@ -138,7 +145,7 @@ impl Delta {
             *freqs.entry(stream.token().text.clone()).or_default() += 1;
         }
         let analysed = DeltaDoc {
-            ns: doc.namespace.clone(),
+            ns: doc.namespace,
             version: doc.version,
             seq,
             tokens,

@@ -136,7 +136,7 @@ impl KeywordIndex {
         // the queue finds its document in the delta, and drops it after the commit (were the
         // document entered after that, it would stay in the delta, counted twice)
         let mut delta = self.shared.delta.write();
-        delta.change(rid, doc.as_ref(), seq)?;
+        delta.change(rid, doc, seq)?;
         self.shared.pending.lock().push((rid, td), seq);
         if delta.docs.len() >= FOLD_DOCS {
             self.shared.wake.notify_one();

@@ -11,7 +11,7 @@
 //! - A document's length counts as its quantised field norm (what tantivy keeps of a
 //!   committed document's length), wherever the document is.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tantivy::fieldnorm::FieldNormReader;
 use tantivy::query::Bm25StatisticsProvider;
@@ -49,7 +49,7 @@ pub(super) fn alive_tokens(searcher: &Searcher, text: Field) -> Result<u64> {
 #[derive(Clone, Copy)]
 pub(super) struct Shadowed {
     /// Its segment's index in the searcher's segment readers.
-    pub(super) seg: usize,
+    pub(super) seg: u32,
     pub(super) doc: DocId,
     /// Its field norm.
     pub(super) norm: u64,
@@ -62,7 +62,7 @@ pub(super) fn committed_doc(
     rid: u64,
 ) -> Result<Option<Shadowed>> {
     let term = Term::from_field_u64(rid_field, rid);
-    for (i, seg) in searcher.segment_readers().iter().enumerate() {
+    for (i, seg) in (0u32..).zip(searcher.segment_readers()) {
         let index = seg
             .inverted_index(rid_field)
             .map_err(|e| kw_err("segment", e))?;
@@ -108,26 +108,19 @@ fn alive_doc_freq(seg: &SegmentReader, term: &Term) -> tantivy::Result<u64> {
     Ok(n)
 }
 
-/// Shadowed documents holding `term`.
+/// Shadowed documents (by segment, in order) holding `term`.
 fn shadowed_doc_freq(
     searcher: &Searcher,
-    shadowed: &HashMap<u64, Shadowed>,
+    shadowed: &BTreeMap<u32, BTreeSet<DocId>>,
     term: &Term,
 ) -> tantivy::Result<u64> {
-    let mut by_seg: HashMap<usize, Vec<DocId>> = HashMap::new();
-    for s in shadowed.values() {
-        by_seg.entry(s.seg).or_default().push(s.doc);
-    }
     let mut n = 0;
-    for (seg, mut docs) in by_seg {
-        let index = searcher
-            .segment_reader(seg as u32)
-            .inverted_index(term.field())?;
+    for (seg, docs) in shadowed {
+        let index = searcher.segment_reader(*seg).inverted_index(term.field())?;
         let Some(mut postings) = index.read_postings(term, IndexRecordOption::Basic)? else {
             continue;
         };
-        docs.sort_unstable();
-        for doc in docs {
+        for &doc in docs {
             if postings.doc() <= doc && postings.seek(doc) == doc {
                 n += 1;
             }
@@ -171,6 +164,6 @@ impl Bm25StatisticsProvider for Combined<'_> {
         for seg in self.searcher.segment_readers() {
             n += alive_doc_freq(seg, term)?;
         }
-        Ok(n.saturating_sub(shadowed_doc_freq(self.searcher, &d.shadowed, term)?))
+        Ok(n.saturating_sub(shadowed_doc_freq(self.searcher, &d.shadowed_docs, term)?))
     }
 }

@@ -121,7 +121,7 @@ impl PyEngine {
     fn upsert_many(&self, py: Python<'_>, rows: Vec<Bound<'_, PyDict>>) -> PyResult<Vec<bool>> {
         let mut ms = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
-            if i % INTERRUPT_EVERY == 0 {
+            if i.is_multiple_of(INTERRUPT_EVERY) {
                 py.check_signals()?;
             }
             ms.push(convert::new_memory(row)?);

@@ -96,6 +96,10 @@ pub fn run_interruptible<T: Send>(
 ) -> PyResult<T> {
     let raised: Arc<parking_lot::Mutex<Option<PyErr>>> = Arc::default();
     let seen = Arc::clone(&raised);
+    #[allow(
+        clippy::redundant_closure_for_method_calls,
+        reason = "Python::check_signals itself is not general enough over the lifetime"
+    )]
     let interrupt: Interrupt = Arc::new(move || {
         Python::attach(|py| py.check_signals()).map_err(|e| {
             *seen.lock() = Some(e);
