@@ -113,7 +113,14 @@ def vector_scores(
 class Engine:
     """The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL."""
 
-    def __new__(cls, path: str | None, dims: int | None, metric: str | None) -> Engine: ...
+    def __new__(
+        cls,
+        path: str | None,
+        dims: int | None,
+        metric: str | None,
+        *,
+        rebuild_indexes: bool = False,
+    ) -> Engine: ...
     @property
     def dims(self) -> int: ...
     @property
