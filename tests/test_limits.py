@@ -262,7 +262,7 @@ def test_an_event_filter_limit_is_capped(store: Any) -> None:
 def test_the_openapi_document_states_the_limits() -> None:
     from memini.server._openapi import openapi
 
-    doc = openapi("test")
+    doc = openapi("test", dims=4)
 
     def props(method: str) -> dict[str, Any]:
         body = doc["paths"][f"/v1/{method}"]["post"]["requestBody"]
@@ -274,7 +274,7 @@ def test_the_openapi_document_states_the_limits() -> None:
     assert props("list")["offset"] == {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
     assert props("recall")["namespace"]["anyOf"][1]["maxItems"] == limits.MAX_NAMESPACES
     event_filter = doc["components"]["schemas"]["EventFilter"]["properties"]["limit"]
-    assert event_filter == {"type": "integer", "maximum": limits.MAX_LIMIT}
+    assert event_filter == {"type": "integer", "minimum": -(2**63), "maximum": limits.MAX_LIMIT}
     for method, params in SWEPT.items():
         for param in params:
             schema = props(method)[param]

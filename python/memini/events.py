@@ -151,7 +151,7 @@ def _event_row(
         raise InvalidArgumentError(f"{what} must be an Event, got {type(event).__name__}")
     if event.detail is None:  # unlike Memory.metadata, None is not read as {}
         raise InvalidArgumentError(f"{what}.detail must be a dict with str keys, got None")
-    check_int(event.id, f"{what}.id")  # assigned by the store, but an id all the same
+    check_int(event.id, f"{what}.id", non_negative=True)  # the store assigns it, but an id
     tier = event.memory_tier
     return event_row(
         check_text(event.op_id, f"{what}.op_id", non_empty=True),

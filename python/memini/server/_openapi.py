@@ -58,6 +58,7 @@ _RULES: Final[dict[str, dict[str, dict[str, Any]]]] = {
     "Memory.confidence": _UNIT,
     "Memory.access_count": _COUNT,
     "EventFilter.before_id": _COUNT,
+    "Event.id": _COUNT,
 }
 """JSON Schema keywords of an argument by name (``method.argument`` for one method's), or
 of a field as ``Class.field``, by JSON
