@@ -110,7 +110,7 @@ impl Shared {
         let mut dropped = Dropped::default();
         if !merged {
             for seg in gone {
-                dropped.add(seg, self.fields.text)?;
+                dropped.add(seg, self.fields.text, self.fields.ns)?;
             }
         }
         let mut delta = self.delta.write();

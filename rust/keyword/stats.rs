@@ -1,8 +1,7 @@
 //! BM25 statistics: the committed segments, plus the delta, plus the dropped segments.
 //!
-//! - Statistics (document count, average length, document frequencies) are corpus-wide,
-//!   across namespaces, as in any single tantivy index: a score never depends on which
-//!   namespaces are searched together.
+//! - These statistics (document count, average length, document frequencies) are the whole
+//!   index's; a search takes them over the namespaces it covers ([`super::scope`]).
 //! - A row's score does not change when it is folded into tantivy: deleted documents stay in
 //!   tantivy's statistics until a merge, exactly as the delta's additions do, and when tantivy
 //!   drops a segment whose documents are all deleted its statistics are kept ([`Dropped`])
@@ -31,6 +30,24 @@ pub(super) struct Dropped {
     pub(super) tokens: u64,
     /// Text term -> number of documents holding it.
     pub(super) doc_freqs: HashMap<String, u64>,
+    /// The same per namespace (for [`super::scope`]).
+    pub(super) namespaces: HashMap<String, Counts>,
+}
+
+/// A set of documents' statistics: documents, and text term -> documents holding it.
+#[derive(Default)]
+pub(super) struct Counts {
+    pub(super) docs: u64,
+    pub(super) doc_freqs: HashMap<String, u64>,
+}
+
+impl Counts {
+    fn merge(&mut self, other: Self) {
+        self.docs += other.docs;
+        for (term, n) in other.doc_freqs {
+            *self.doc_freqs.entry(term).or_default() += n;
+        }
+    }
 }
 
 impl Dropped {
@@ -41,10 +58,17 @@ impl Dropped {
         for (term, n) in other.doc_freqs {
             *self.doc_freqs.entry(term).or_default() += n;
         }
+        for (ns, c) in other.namespaces {
+            self.namespaces.entry(ns).or_default().merge(c);
+        }
     }
 
-    /// Adds the statistics of segment `seg` (all its documents, deleted ones included).
-    pub(super) fn add(&mut self, seg: &SegmentReader, text: Field) -> Result<()> {
+    /// Adds the statistics of segment `seg` (all its documents, deleted ones included), its
+    /// text in field `text` and its namespaces in field `ns`.
+    pub(super) fn add(&mut self, seg: &SegmentReader, text: Field, ns: Field) -> Result<()> {
+        for (name, c) in super::scope::per_namespace(seg, text, ns)? {
+            self.namespaces.entry(name).or_default().merge(c);
+        }
         let index = seg.inverted_index(text).map_err(|e| kw_err("segment", e))?;
         self.docs += u64::from(seg.max_doc());
         self.tokens += index.total_num_tokens();
