@@ -6,7 +6,8 @@
 //! - [`keyword`]: tantivy BM25;
 //! - [`rank`]: the ranking helpers (salience, confidence decay, quality);
 //! - [`engine`]: locking, group commit, recovery and search planning;
-//! - [`embed`]: the local text embedder (a BERT sentence model on candle).
+//! - [`embed`]: the local text embedder (a BERT sentence model on candle);
+//! - [`limits`]: the largest sizes and names a caller may give, and their checks.
 //!
 //! The Python binding lives in `python/` behind the `python` feature; nothing else here
 //! knows about Python.
@@ -18,6 +19,7 @@ pub mod error;
 pub mod filter;
 pub mod fusion;
 pub mod keyword;
+pub mod limits;
 pub mod pool;
 pub mod rank;
 pub mod rows;

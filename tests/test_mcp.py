@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +91,21 @@ def served(tmp_path: Path) -> Iterator[Server]:
     server.stop()
 
 
+@contextlib.asynccontextmanager
+async def _http_session(url: str) -> AsyncIterator[ClientSession]:
+    """An MCP client session at ``url``/mcp as the API key ``KEY``."""
+    headers = {"authorization": f"Bearer {KEY}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        yield session
+
+
 def test_mcp_over_streamable_http(served: Server) -> None:
     async def main() -> None:
-        headers = {"authorization": f"Bearer {KEY}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=30) as http,
-            streamable_http_client(f"{served.url}/mcp", http_client=http) as (read, write, *_),
-            ClientSession(read, write) as session,
-        ):
+        async with _http_session(served.url) as session:
             got = await _exercise(session)
             assert got["namespace"] == "team/agent"  # the key's default_ns
 
@@ -177,3 +185,23 @@ def test_mcp_text_in_with_the_local_embedder(tmp_path: Path) -> None:
     anyio.run(main)
     with memini.Store.open(tmp_path / "store") as s:
         assert s.embed_model().endswith("all-MiniLM-L6-v2")
+
+
+def test_mcp_recall_with_a_huge_k_is_a_tool_error_naming_the_limit(served: Server) -> None:
+    """One ``memory_recall`` with k=1e9 from any key once stopped the server (allocation
+    abort in the core's fusion); now it is the tool's error and the server answers on."""
+
+    async def main() -> None:
+        async with _http_session(served.url) as session:
+            await session.initialize()
+            await session.call_tool("memory_remember", {"content": "hello there"})
+            for k in (10**9, 2**45, 2**63 - 1):
+                out = await session.call_tool("memory_recall", {"query": "hello", "k": k})
+                assert out.is_error
+                assert "k must be at most 10000" in out.content[0].text
+            long = await session.call_tool("memory_recall", {"query": "x" * 4097})
+            assert long.is_error and "query must be at most 4096" in long.content[0].text
+            hits = _data(await session.call_tool("memory_recall", {"query": "hello", "k": 10_000}))
+            assert len(hits) == 1
+
+    anyio.run(main)

@@ -554,7 +554,7 @@ def test_health_metrics_openapi(served: Server, admin: memini.RemoteStore) -> No
     op = doc["paths"]["/v1/vector_search"]["post"]
     schema = op["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["namespace", "vector"]
-    assert schema["properties"]["k"] == {"type": "integer"}
+    assert schema["properties"]["k"] == {"type": "integer", "minimum": 1, "maximum": 10_000}
     assert set(doc["components"]["schemas"]["Memory"]["properties"]) >= {"id", "embedding"}
     for name in memini.client.RemoteStore.__dict__:
         if not name.startswith("_") and name != "close":

@@ -24,6 +24,7 @@ from memini import (
     Scored,
     Store,
     Tier,
+    limits,
 )
 
 NS = "ns"
@@ -634,8 +635,9 @@ def test_filtered_search_many(big: Big) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# a huge k is just "everything": it must not allocate k slots (run in a subprocess, because an
-# allocation failure in the core aborts the whole interpreter)
+# the largest k is just "everything": it must not allocate k slots; a larger one is refused
+# naming the limit (run in a subprocess: an allocation failure in the core aborts the whole
+# interpreter; tests/test_limits.py sweeps every integer argument of every method)
 
 HUGE_K = """
 import json, sys
@@ -657,9 +659,9 @@ except Exception as e:
 """
 
 
-@pytest.mark.parametrize("k", [2**31, 2**40, 2**63 - 1], ids=["2^31", "2^40", "2^63-1"])
+@pytest.mark.parametrize("k", [10_000, 2**31, 2**63 - 1], ids=["max", "2^31", "2^63-1"])
 @pytest.mark.parametrize("method", ["vector_search", "vector_search_many", "keyword_search"])
-def test_huge_k_returns_every_match(method: str, k: int) -> None:
+def test_the_largest_k_returns_every_match_and_a_larger_one_is_refused(method: str, k: int) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", HUGE_K, method, str(k)],
         capture_output=True,
@@ -668,7 +670,12 @@ def test_huge_k_returns_every_match(method: str, k: int) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout) == {"hits": 5}
+    want = (
+        {"hits": 5}
+        if k == 10_000
+        else {"error": "InvalidArgumentError", "message": f"k must be at most 10000, got {k}"}
+    )
+    assert json.loads(proc.stdout) == want
 
 
 # ---------------------------------------------------------------------------------------------
@@ -702,10 +709,10 @@ def test_every_real_vector_is_found_first_by_itself(tmp_path: Path) -> None:
             )
         lost = [
             i
-            for b in range(0, n, 5_000)
+            for b in range(0, n, limits.MAX_QUERIES)
             for i, hits in zip(
-                range(b, min(n, b + 5_000)),
-                s.vector_search_many(NS, vectors[b : b + 5_000], k=1),
+                range(b, min(n, b + limits.MAX_QUERIES)),
+                s.vector_search_many(NS, vectors[b : b + limits.MAX_QUERIES], k=1),
                 strict=True,
             )
             if hits[0].memory.id != f"r{i}"

@@ -23,14 +23,33 @@ import numpy.typing as npt
 from memini.types import Memory, Recalled, Scored
 
 __all__ = [
+    "MAX_K",
+    "MAX_LIMIT",
+    "MAX_NAMESPACES",
+    "MAX_NAMESPACE_CHARS",
+    "MAX_POOL",
+    "MAX_QUERIES",
+    "MAX_QUERY_CHARS",
     "Completions",
     "Engine",
     "LocalModel",
     "build_profile",
+    "check_namespace",
     "fuse",
     "ranking",
     "vector_scores",
 ]
+
+MAX_K: int
+MAX_POOL: int
+MAX_LIMIT: int
+MAX_QUERIES: int
+MAX_QUERY_CHARS: int
+MAX_NAMESPACES: int
+MAX_NAMESPACE_CHARS: int
+
+def check_namespace(namespace: str) -> None:
+    """Raise `InvalidArgumentError` unless ``namespace`` has the allowed form."""
 
 Row: TypeAlias = dict[str, Any]
 """A row dict whose keys are the `memini.Memory` fields (plus ``fingerprint``), made by

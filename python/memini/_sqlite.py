@@ -41,6 +41,7 @@ from memini.errors import (
     MeminiError,
     StoreClosedError,
 )
+from memini.limits import check_limit, check_namespace
 from memini.types import APIKey, Event, EventFilter, NamespaceLink
 
 __all__ = ["FILE_NAME", "SCHEMA_VERSION", "MetaDB"]
@@ -532,7 +533,7 @@ class MetaDB:
             StoreClosedError: The database is closed.
         """
         from_ns = check_text(from_ns, "from_ns", non_empty=True)
-        to_ns = check_text(to_ns, "to_ns", non_empty=True)
+        to_ns = check_namespace(to_ns, "to_ns")
         with self._write() as conn:
             _links.rename_link_endpoints(conn, from_ns, to_ns)
 
@@ -756,7 +757,7 @@ class MetaDB:
             StoreClosedError: The database is closed.
         """
         cutoff = None if older_than is None else to_micros(older_than, "older_than")
-        keep = check_int(keep_max, "keep_max")
+        keep = check_limit(keep_max, "keep_max")
         with self._write() as conn:
             return _events.prune_events(conn, cutoff, keep)
 

@@ -66,6 +66,7 @@ from memini._values import (
     to_micros,
 )
 from memini.errors import ConflictError, CorruptionError, InvalidArgumentError
+from memini.limits import check_limit
 from memini.types import Event, EventFilter, EventKind, Tier
 
 __all__ = [
@@ -450,7 +451,7 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
     before_id = check_int(filter.before_id, "filter.before_id")
     if before_id < 0:
         raise InvalidArgumentError(f"filter.before_id must be >= 0, got {before_id}")
-    limit = check_int(filter.limit, "filter.limit")
+    limit = check_limit(filter.limit, "filter.limit")
     return EventQuery(
         namespaces=namespaces,
         kinds=tuple(

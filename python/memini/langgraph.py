@@ -75,6 +75,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
+from memini import limits
 from memini.aio import _in_pool, _pool, _Workers
 from memini.embed import Embedder
 from memini.errors import InvalidArgumentError, NotFoundError
@@ -90,7 +91,6 @@ _TTL = "$ttl"
 _INDEXED = "$indexed"  # "yes" when the item has at least one vector
 _FIELD = "value."  # prefix of the mirrored top-level string fields
 _MIRROR_MAX = 256  # longer strings (texts) are not mirrored: filters on them run in Python
-_MAX_NAMESPACES_PER_RECALL = 64
 _INDEX_KEYS = frozenset({"dims", "embed", "fields", "recall"})
 _RECALL_KEYS = frozenset({"fusion", "alpha", "rrf_k", "pool"})
 _TTL_KEYS = frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"})
@@ -709,7 +709,9 @@ class MeminiStore(BaseStore):
         rows run out."""
         core = self._filter(op.filter, ITEM, VECTOR)
         exact = _split_filter(op.filter)[2]
-        k = max(want, 1)  # widened x4 while extra-text rows or exact filters eat results
+        # widened x4 while extra-text rows or exact filters eat results, up to the most one
+        # recall returns (a search asking for more gets that many)
+        k = min(max(want, 1), limits.MAX_K)
         while True:
             hits, exhausted = self._query_rows(namespaces, op.query or "", vector, core, k)
             best: dict[tuple[str, str], _Hit] = {}
@@ -720,9 +722,9 @@ class MeminiStore(BaseStore):
             items = self._resolve(list(best.values()))
             if exact:
                 items = [h for h in items if _passes(_value(h.memory), op.filter)]
-            if len(items) >= want or exhausted:
+            if len(items) >= want or exhausted or k == limits.MAX_K:
                 return items[:want]
-            k *= 4
+            k = min(k * 4, limits.MAX_K)
 
     def _query_rows(
         self,
@@ -745,8 +747,8 @@ class MeminiStore(BaseStore):
         if options.get("fusion", "convex") == "convex" and options.get("alpha") == 1.0:
             # the words weigh nothing: the vector leg alone, k candidates, cosine scores
             query, options = "", {"pool": k}
-        for i in range(0, len(namespaces), _MAX_NAMESPACES_PER_RECALL):
-            chunk = namespaces[i : i + _MAX_NAMESPACES_PER_RECALL]
+        for i in range(0, len(namespaces), limits.MAX_NAMESPACES):
+            chunk = namespaces[i : i + limits.MAX_NAMESPACES]
             found = self._store.recall(
                 chunk, query, vector, core, k, rerank=None, dedup=False, **options
             )

@@ -24,6 +24,7 @@ from typing import Any
 
 from memini._values import check_text, coerce_enum_list, from_micros, now_micros, to_micros
 from memini.errors import CorruptionError, InvalidArgumentError
+from memini.limits import check_namespace
 from memini.types import NamespaceLink, Tier
 
 __all__ = [
@@ -57,8 +58,8 @@ def prepare_link(link: NamespaceLink) -> LinkRow:
     """
     if not isinstance(link, NamespaceLink):
         raise InvalidArgumentError(f"link must be a NamespaceLink, got {type(link).__name__}")
-    src = check_text(link.src, "link.src", non_empty=True)
-    dst = check_text(link.dst, "link.dst", non_empty=True)
+    src = check_namespace(link.src, "link.src")
+    dst = check_namespace(link.dst, "link.dst")
     note = check_text(link.note, "link.note")
     tiers: str | None = None
     if link.tiers is not None:

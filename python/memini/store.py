@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from memini import _convert as cv
 from memini import _values as vals
+from memini import limits
 from memini._core import Engine
 from memini._sqlite import MetaDB
 from memini.embed import Embedder, check_vectors
@@ -96,7 +97,6 @@ _DEFAULT_ALPHA = 0.4
 _DEFAULT_CONTEXT = 0.5
 _DEFAULT_RRF_K = 5.0
 _MIN_POOL = 50
-_MAX_RECALL_NAMESPACES = 64
 _LINK_DEFAULT_TIERS = (Tier.SEMANTIC, Tier.PROCEDURAL)
 # namespace lists whose link lookups recall(linked=True) keeps (see Store._linked_sources)
 _LINKED_CACHE = 256
@@ -132,31 +132,25 @@ def _memory_type(memory: Memory) -> str:
     return mt if isinstance(mt, str) and mt in _METRICS_MEMORY_TYPES else ""
 
 
-def _k(k: object) -> int:
-    n = vals.check_int(k, "k", saturate=True)  # beyond 2**63-1: more than any store holds
-    if n < 1:
-        raise InvalidArgumentError(f"k must be >= 1, got {k}")
-    return n
-
-
 def _namespaces(namespace: object) -> list[str]:
-    """recall's ``namespace``: one str, or a non-empty sequence of at most 64 (repeats once)."""
+    """recall's ``namespace``: one str, or a non-empty sequence of at most
+    `limits.MAX_NAMESPACES` (repeats once)."""
     if isinstance(namespace, str):
         return [_text(namespace, "namespace")]
     names = _texts(namespace, "namespace")
     if not names:
         raise InvalidArgumentError("namespace list is empty: name at least one namespace")
-    unique = list(dict.fromkeys(names))
-    if len(unique) > _MAX_RECALL_NAMESPACES:
+    if len(names) > limits.MAX_NAMESPACES:
         raise InvalidArgumentError(
-            f"recall searches at most {_MAX_RECALL_NAMESPACES} namespaces at once, "
-            f"got {len(unique)} (split the call, or link namespaces and use linked=True)"
+            f"namespace list must be at most {limits.MAX_NAMESPACES} namespaces, "
+            f"got {len(names)} (split the call, or link namespaces and use linked=True)"
         )
+    unique = list(dict.fromkeys(names))
     return unique
 
 
-def _int(value: object, what: str) -> int:
-    return vals.check_int(value, what, saturate=True)
+def _limit(value: object, what: str) -> int:
+    return limits.check_limit(value, what)
 
 
 def _text(value: object, what: str) -> str:
@@ -791,7 +785,7 @@ class Store:
             Rows deleted.
         """
         self._check()
-        tiers = self._engine.sweep_expired(_now(now), _int(limit, "limit"))
+        tiers = self._engine.sweep_expired(_now(now), _limit(limit, "limit"))
         for t in tiers:
             self._metrics.sweep_expired(t)
         return len(tiers)
@@ -823,7 +817,7 @@ class Store:
         """
         self._check()
         return self._engine.reassign(
-            _text(from_ns, "from_ns"), _texts(ids, "ids"), _text(to_ns, "to_ns")
+            _text(from_ns, "from_ns"), _texts(ids, "ids"), limits.check_namespace(to_ns, "to_ns")
         )
 
     def retier(
@@ -910,7 +904,7 @@ class Store:
         """
         self._check()
         return self._engine.ids_by_prefix(
-            _text(namespace, "namespace"), _text(prefix, "prefix"), _int(limit, "limit")
+            _text(namespace, "namespace"), _text(prefix, "prefix"), _limit(limit, "limit")
         )
 
     def predecessor_ids(self, namespace: str, id: str) -> list[str]:
@@ -937,7 +931,7 @@ class Store:
     def list_expired(self, now: datetime, limit: int) -> list[Memory]:
         """Memories of every namespace with ``expires_at <= now`` (``limit <= 0``: no cap)."""
         self._check()
-        return self._engine.list_expired(vals.to_micros(now, "now"), _int(limit, "limit"))
+        return self._engine.list_expired(vals.to_micros(now, "now"), _limit(limit, "limit"))
 
     def list(
         self, namespace: str, filter: Filter | None = None, limit: int = 0, offset: int = 0
@@ -953,8 +947,8 @@ class Store:
         return self._engine.list(
             _text(namespace, "namespace"),
             cv.filter_to_spec(filter),
-            _int(limit, "limit"),
-            vals.check_int(offset, "offset", non_negative=True, saturate=True),
+            _limit(limit, "limit"),
+            limits.check_limit(offset, "offset", non_negative=True),
         )
 
     def count(self, namespace: str, filter: Filter | None = None) -> int:
@@ -1002,7 +996,8 @@ class Store:
 
         Raises:
             DimensionMismatchError: Query of the wrong length.
-            InvalidArgumentError: ``k < 1`` or a malformed query/filter.
+            InvalidArgumentError: ``k`` outside 1 .. 10,000 (`memini.limits`) or a malformed
+                query/filter.
         """
         return self._engine.vector_search(*self._vector_search_args(namespace, vector, filter, k))
 
@@ -1011,7 +1006,7 @@ class Store:
     ) -> tuple[str, npt.NDArray[np.float32], FilterSpec, int]:
         """`vector_search`'s checks, and the core call's arguments (`memini.aio` runs it)."""
         self._check()
-        k = _k(k)
+        k = limits.check_k(k)
         q = vals.query_to_array(vector, self._dims)
         return _text(namespace, "namespace"), q, cv.filter_to_spec(filter), k
 
@@ -1024,8 +1019,9 @@ class Store:
     ) -> builtins.list[builtins.list[Scored]]:
         """`vector_search` for each row of a 2-D array of queries, searched in parallel."""
         self._check()
-        k = _k(k)
+        k = limits.check_k(k)
         qs = vals.queries_to_array(vectors, self._dims)
+        limits.check_at_most(len(qs), "number of query vectors", limits.MAX_QUERIES)
         spec = cv.filter_to_spec(filter)
         return self._engine.vector_search_many(_text(namespace, "namespace"), qs, spec, k)
 
@@ -1034,7 +1030,8 @@ class Store:
     ) -> builtins.list[Scored]:
         """BM25 search over content, summary and tags, best first, positive scores.
 
-        Any str is a valid query (never parsed as syntax); its words are OR-ed, English
+        Any str of at most 4,096 characters (`memini.limits.MAX_QUERY_CHARS`) is a valid
+        query (never parsed as syntax); its words are OR-ed, English
         stopwords ("what", "did", "the", ... NLTK's list) left out unless the query has no
         other word; a query with no word of >= 2 letters/digits returns ``[]``. BM25
         statistics (document count, each word's document frequency) are the namespace's: a
@@ -1049,11 +1046,8 @@ class Store:
     ) -> tuple[str, str, FilterSpec, int]:
         """`keyword_search`'s checks, and the core call's arguments (`memini.aio` runs it)."""
         self._check()
-        k = _k(k)
-        if not isinstance(query, str):
-            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
-        # lone surrogates cannot cross into Rust: they are not letters, so drop them
-        q = query.encode("utf-8", "replace").decode("utf-8")
+        k = limits.check_k(k)
+        q = limits.check_query(query)
         return _text(namespace, "namespace"), q, cv.filter_to_spec(filter), k
 
     def recall(
@@ -1152,25 +1146,19 @@ class Store:
         before returning; the returned memories show the rows as they were found.
 
         Raises:
-            InvalidArgumentError: ``k < 1``, ``pool < k``, ``alpha`` outside [0, 1],
-                ``rrf_k <= 0``, an unknown ``fusion`` or ``rerank``, an empty namespace
-                list or one of more than 64, a malformed filter.
+            InvalidArgumentError: ``k`` outside 1 .. 10,000, ``pool`` outside ``k`` ..
+                100,000, a query over 4,096 characters (`memini.limits`), ``alpha``
+                outside [0, 1], ``rrf_k <= 0``, an unknown ``fusion`` or ``rerank``, an
+                empty namespace list or one of more than 64, a malformed filter.
             DimensionMismatchError: ``vector`` of the wrong length.
         """
         self._check()
-        k = _k(k)
+        k = limits.check_k(k)
         names = _namespaces(namespace)
-        if not isinstance(query, str):
-            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
-        q = query.encode("utf-8", "replace").decode("utf-8")
+        q = limits.check_query(query)
         vec = None if vector is None else vals.query_to_array(vector, self._dims)
         spec = cv.filter_to_spec(filter)
-        if pool is None:
-            size = max(5 * k, _MIN_POOL)
-        else:
-            size = _int(pool, "pool")
-            if size < k:
-                raise InvalidArgumentError(f"pool must be >= k, got pool={size} and k={k}")
+        size = max(5 * k, _MIN_POOL) if pool is None else limits.check_pool(pool, k)
         how = _DEFAULT_FUSION if fusion is None else fusion
         a = _DEFAULT_ALPHA if alpha is None else vals.check_float(alpha, "alpha")
         if not 0.0 <= a <= 1.0:

@@ -30,6 +30,7 @@ from memini._values import (
     to_micros,
 )
 from memini.errors import InvalidArgumentError
+from memini.limits import check_namespace
 
 __all__ = [
     "APIKey",
@@ -151,8 +152,9 @@ class Memory:
     The store validates every field on write (``upsert``, ``upsert_many``, ``update``) and
     raises `InvalidArgumentError` naming the field and the fix. Beyond the types above:
 
-    * ``id`` and ``namespace`` are non-empty; text fields are valid Unicode (no lone
-      surrogate, see `normalize_content`);
+    * ``id`` is non-empty; ``namespace`` is 1-256 characters with no control, invisible or
+      line-separator character and not only whitespace (`memini.limits.check_namespace`);
+      text fields are valid Unicode (no lone surrogate, see `normalize_content`);
     * ``tags`` and ``linked_memory_ids`` are lists (or tuples) of str. A bare ``str`` is
       refused, as everywhere a sequence of strings is expected (it is never split into
       characters nor wrapped): write ``tags=["x"]``, not ``tags="x"``;
@@ -170,7 +172,7 @@ class Memory:
     )
     namespace: str = field(
         metadata=_rules(
-            check=_NON_EMPTY_TEXT,
+            check=check_namespace,
             fixed="namespace cannot be changed by update() (use reassign() to move a memory)",
         )
     )

@@ -8,6 +8,7 @@ use super::{Engine, Inner, State};
 use crate::columns::{fingerprint_hash, Namespace};
 use crate::error::{Error, Result};
 use crate::filter::{Predicate, Vouched};
+use crate::limits;
 use crate::rows::{to_memory, Col, Snapshot};
 use crate::types::{FilterSpec, Memory, Metric, Micros, Scored, SortKey, Tier};
 use crate::vector::Route;
@@ -49,6 +50,7 @@ impl Engine {
 
     /// Ids of `ns` starting with `prefix`, ascending.
     pub fn ids_by_prefix(&self, ns: &str, prefix: &str, limit: i64) -> Result<Vec<String>> {
+        limits::limit("limit", limit)?;
         self.read(|_, st, _| {
             if prefix.is_empty() || limit <= 0 {
                 return Ok(Vec::new());
@@ -143,6 +145,7 @@ impl Engine {
 
     /// Rows with `expires_at <= now` across namespaces, by expiry then id; limit <= 0 = all.
     pub fn list_expired(&self, now: Micros, limit: i64) -> Result<Vec<Memory>> {
+        limits::limit("limit", limit)?;
         self.read(|_, st, snap| {
             let mut cands: Vec<(Micros, &str, u64)> = st
                 .cols
@@ -171,6 +174,8 @@ impl Engine {
         limit: i64,
         offset: i64,
     ) -> Result<Vec<Memory>> {
+        limits::limit("limit", limit)?;
+        limits::limit("offset", offset)?;
         self.read(|_, st, snap| {
             let Some(n) = st.cols.namespaces.get(ns) else {
                 return Ok(Vec::new());

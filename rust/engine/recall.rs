@@ -13,6 +13,7 @@ use super::{Engine, State};
 use crate::error::{Error, Result};
 pub use crate::fusion::Fusion;
 use crate::fusion::{fuse, Candidates, Rule};
+use crate::limits;
 use crate::rank::Standing;
 use crate::rows::Snapshot;
 use crate::types::{FilterSpec, Memory, Tier};
@@ -87,9 +88,13 @@ fn restrict(spec: &FilterSpec, tiers: Option<&[Tier]>) -> FilterSpec {
 impl Engine {
     /// Hybrid recall (API.md section 6): see the module docs.
     pub fn recall(&self, q: &RecallQuery<'_>) -> Result<Vec<Recalled>> {
-        if q.k < 1 {
-            return Err(Error::invalid("k must be >= 1"));
-        }
+        limits::k(q.k)?;
+        limits::at_most(
+            "pool",
+            u64::try_from(q.pool).unwrap_or(u64::MAX),
+            limits::MAX_POOL,
+        )?;
+        limits::query(q.text)?;
         if q.pool < q.k {
             return Err(Error::invalid(format!(
                 "pool must be >= k, got pool={} and k={}",

@@ -8,8 +8,9 @@ use super::reads::{matching_map, scored};
 use super::tx::validate_vector;
 use super::{Engine, State};
 use crate::columns::Namespace;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::filter::Predicate;
+use crate::limits;
 use crate::pool::pool;
 use crate::types::{FilterSpec, Scored};
 use crate::vector::Plan;
@@ -33,9 +34,12 @@ impl Engine {
         spec: &FilterSpec,
         k: usize,
     ) -> Result<Vec<Vec<Scored>>> {
-        if k < 1 {
-            return Err(Error::invalid("k must be >= 1"));
-        }
+        limits::k(k)?;
+        limits::at_most(
+            "number of query vectors",
+            u64::try_from(queries.len()).unwrap_or(u64::MAX),
+            limits::MAX_QUERIES,
+        )?;
         self.read(|inner, st, snap| {
             for q in queries {
                 validate_vector(q, inner.dims)?;
@@ -55,9 +59,8 @@ impl Engine {
         spec: &FilterSpec,
         k: usize,
     ) -> Result<Vec<Scored>> {
-        if k < 1 {
-            return Err(Error::invalid("k must be >= 1"));
-        }
+        limits::k(k)?;
+        limits::query(query)?;
         self.read(|_, st, snap| scored(st, snap, keyword_hits(st, ns, query, spec, k)?))
     }
 }

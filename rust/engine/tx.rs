@@ -8,6 +8,7 @@ use super::{Counters, FaultPoint, Faults};
 use crate::columns::{fingerprint_hash, pair_hash, tag_hash, Columns};
 use crate::error::{Error, Result};
 use crate::keyword::Doc;
+use crate::limits;
 use crate::rows::{split, Batch, Change, Col, Payload};
 use crate::types::Memory;
 
@@ -248,11 +249,7 @@ pub(super) fn validate_memory(m: &Memory) -> Result<()> {
     if m.id.is_empty() {
         return Err(Error::invalid("memory id must be a non-empty string"));
     }
-    if m.namespace.is_empty() {
-        return Err(Error::invalid(
-            "memory namespace must be a non-empty string",
-        ));
-    }
+    limits::namespace(&m.namespace)?;
     if !m.importance.is_finite() || m.confidence.is_some_and(|c| !c.is_finite()) {
         return Err(Error::invalid(
             "importance and confidence must be finite numbers",

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::tx::{build_row, metadata_hashes, validate_memory, validate_vector, Tx, VecChange};
 use super::Engine;
 use crate::error::{Error, Result};
+use crate::limits;
 use crate::rows::{to_memory, Col};
 use crate::types::{now_micros, Memory, MemoryPatch, Micros, NewMemory, Tier};
 
@@ -293,6 +294,7 @@ impl Engine {
     /// Deletes up to `limit` (<= 0: all) rows with `expires_at <= now` across namespaces,
     /// each through the `delete_if_expired_before` rule; returns the tiers of the rows deleted.
     pub fn sweep_expired(&self, now: Micros, limit: i64) -> Result<Vec<Tier>> {
+        limits::limit("limit", limit)?;
         self.submit(move |tx: &mut Tx<'_>| {
             let mut cands: Vec<(Micros, &str, u64)> = Vec::new();
             for ns in tx.cols.namespaces.values() {
@@ -350,11 +352,7 @@ impl Engine {
             self.ping()?;
             return Ok(0);
         }
-        if to.is_empty() {
-            return Err(Error::invalid(
-                "target namespace must be a non-empty string",
-            ));
-        }
+        limits::namespace(to)?;
         let (from, to) = (from.to_owned(), to.to_owned());
         self.submit(move |tx: &mut Tx<'_>| {
             let mut n = 0;

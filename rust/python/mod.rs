@@ -83,6 +83,33 @@ fn ranking(
     ))
 }
 
+/// `crate::limits::namespace`: refuses a namespace name outside the allowed form (the one
+/// rule, also for the PostgreSQL backend and the meta database's links).
+#[pyfunction]
+fn check_namespace(py: Python<'_>, namespace: &str) -> PyResult<()> {
+    crate::limits::namespace(namespace).map_err(|e| errors::to_py(py, e))
+}
+
+/// `crate::limits`' maxima as module attributes (read by `memini.limits`).
+fn add_limits(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    use crate::limits::{
+        MAX_K, MAX_LIMIT, MAX_NAMESPACES, MAX_NAMESPACE_CHARS, MAX_POOL, MAX_QUERIES,
+        MAX_QUERY_CHARS,
+    };
+    for (name, value) in [
+        ("MAX_K", MAX_K),
+        ("MAX_POOL", MAX_POOL),
+        ("MAX_LIMIT", MAX_LIMIT),
+        ("MAX_QUERIES", MAX_QUERIES),
+        ("MAX_QUERY_CHARS", MAX_QUERY_CHARS),
+        ("MAX_NAMESPACES", MAX_NAMESPACES),
+        ("MAX_NAMESPACE_CHARS", MAX_NAMESPACE_CHARS),
+    ] {
+        m.add(name, value)?;
+    }
+    m.add_function(wrap_pyfunction!(check_namespace, m)?)
+}
+
 /// The core's `log` records, sent to Python's `logging.getLogger("memini.<module>")` by
 /// pyo3-log while the interpreter runs, and dropped once it has shut down: an engine left
 /// open until exit still logs while it closes (tantivy releasing its lock file), and pyo3-log
@@ -118,5 +145,5 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
     m.add_function(wrap_pyfunction!(rules::fuse, m)?)?;
     m.add_function(wrap_pyfunction!(rules::vector_scores, m)?)?;
-    Ok(())
+    add_limits(m)
 }

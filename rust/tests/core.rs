@@ -316,3 +316,61 @@ fn the_changelog_a_checkpoint_covered_is_dropped_by_the_next_write() {
     assert_eq!(e.get("n", "m49999").unwrap().content, "x");
     e.close().unwrap();
 }
+
+/// The message of an `InvalidArgument` refusal (anything else fails the test).
+fn invalid<T>(r: memini::Result<T>) -> String {
+    match r {
+        Err(err @ memini::Error::InvalidArgument(_)) => err.to_string(),
+        Err(err) => panic!("not an invalid argument: {err}"),
+        Ok(_) => panic!("accepted"),
+    }
+}
+
+#[test]
+fn sizes_and_names_beyond_the_limits_are_refused_before_any_work() {
+    use memini::limits::{MAX_K, MAX_POOL, MAX_QUERIES};
+    use memini::{Fusion, RecallQuery, Source};
+    let e = Engine::open(None, &opts(2)).unwrap();
+    e.upsert_many(vec![mem("a", "n", "hello", Some(vec![1.0, 0.0]))])
+        .unwrap();
+    let sources = [Source {
+        namespace: "n".into(),
+        tiers: None,
+    }];
+    let spec = live();
+    let recall = |k: usize, pool: usize, text: &str| {
+        e.recall(&RecallQuery {
+            sources: &sources,
+            text,
+            vector: Some(&[1.0, 0.0]),
+            spec: &spec,
+            k,
+            pool,
+            fusion: Fusion::Convex { alpha: 0.5 },
+            context: 0.0,
+            quality: false,
+            dedup: true,
+        })
+    };
+    // k = 2**45 once aborted the process allocating the fusion's result
+    let huge = 1usize << 45;
+    assert!(invalid(recall(huge, huge, "hello")).contains("k must be at most 10000"));
+    let max_k = usize::try_from(MAX_K).unwrap();
+    let max_pool = usize::try_from(MAX_POOL).unwrap();
+    assert_eq!(recall(max_k, max_pool, "hello").unwrap().len(), 1);
+    assert!(invalid(recall(10, max_pool + 1, "hello")).contains("pool must be at most"));
+    assert!(invalid(recall(10, 50, &"x".repeat(4_097))).contains("4096 characters"));
+    let q: &[f32] = &[1.0, 0.0];
+    assert!(invalid(e.vector_search("n", q, &spec, huge)).contains("k must be at most"));
+    assert!(invalid(e.keyword_search("n", "hello", &spec, huge)).contains("k must be at most"));
+    let many = vec![q; usize::try_from(MAX_QUERIES).unwrap() + 1];
+    assert!(invalid(e.vector_search_many("n", &many, &spec, 1)).contains("at most 1024"));
+    assert!(invalid(e.list("n", &spec, i64::MAX, 0)).contains("limit must be at most"));
+    assert!(invalid(e.list("n", &spec, 0, i64::MAX)).contains("offset must be at most"));
+    // a namespace name: written only in the allowed form
+    for bad in ["", "a\0b", "a\u{202E}b", "  ", &"x".repeat(257)] {
+        invalid(e.upsert_many(vec![mem("b", bad, "x", None)]));
+        invalid(e.reassign("n", vec!["a".into()], bad));
+    }
+    assert_eq!(e.list_namespaces().unwrap(), vec!["n".to_string()]);
+}

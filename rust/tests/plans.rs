@@ -252,7 +252,12 @@ fn every_stored_vector_is_found_first_by_itself() {
         let ids: Vec<u64> = (0..N).filter(|i| alive(*i)).collect();
         let qs: Vec<Vec<f32>> = ids.iter().map(|i| vector(*i, D)).collect();
         let refs: Vec<&[f32]> = qs.iter().map(Vec::as_slice).collect();
-        let hits = e.vector_search_many("n", &refs, &live, 1).unwrap();
+        // batches of the most queries one call takes
+        let batch = usize::try_from(memini::limits::MAX_QUERIES).unwrap();
+        let hits: Vec<_> = refs
+            .chunks(batch)
+            .flat_map(|batch| e.vector_search_many("n", batch, &live, 1).unwrap())
+            .collect();
         let lost: Vec<u64> = ids
             .iter()
             .zip(&hits)

@@ -45,7 +45,14 @@ from memini.cli.commands import (
     cmd_stats,
     export_store,
 )
-from memini.cli.common import EMBEDDER_HELP, METRICS, CliError, embedder_arg, store_dir
+from memini.cli.common import (
+    EMBEDDER_HELP,
+    METRICS,
+    CliError,
+    embedder_arg,
+    namespace_arg,
+    store_dir,
+)
 from memini.cli.demo import DEFAULT_DEMO_STORE, cmd_demo
 from memini.cli.importer import ON_EXISTING, ImportSummary
 from memini.cli.keys import add_parser as add_key_parser
@@ -104,7 +111,10 @@ def _parser() -> argparse.ArgumentParser:
         "--batch", type=_positive, default=1000, help="rows per commit (1000; not with --atomic)"
     )
     sp.add_argument(
-        "--namespace", default="default", help="namespace of lines without one (default 'default')"
+        "--namespace",
+        type=namespace_arg,
+        default="default",
+        help="namespace of lines without one (default 'default')",
     )
     sp.add_argument(
         "--atomic",

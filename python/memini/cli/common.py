@@ -15,6 +15,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from memini import limits
 from memini.embed import Embedder
 from memini.errors import InvalidArgumentError, MeminiError, StoreLockedError
 from memini.store import Store, is_postgres_url
@@ -28,6 +29,7 @@ __all__ = [
     "embedder_arg",
     "locked_message",
     "make_embedder",
+    "namespace_arg",
     "open_existing",
     "open_store",
     "progress_bar",
@@ -61,6 +63,14 @@ def store_dir(text: str) -> str:
             "the store directory must not be empty (write --store . for the current directory)"
         )
     return text
+
+
+def namespace_arg(text: str) -> str:
+    """A namespace option the command writes to: the store's rule (`memini.limits`)."""
+    try:
+        return limits.check_namespace(text)
+    except InvalidArgumentError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 EMBEDDER_HELP = (

@@ -18,6 +18,7 @@ from memini.cli.common import (
     embedder_arg,
     locked_message,
     make_embedder,
+    namespace_arg,
     store_location,
 )
 from memini.errors import StoreLockedError
@@ -162,6 +163,7 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
     )
     sp.add_argument(
         "--mcp-namespace",
+        type=namespace_arg,
         default="default",
         help="namespace of MCP calls made with the admin secret or open access (default)",
     )
@@ -169,5 +171,7 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
 
     sp = sub.add_parser("mcp", help="serve MCP over stdio for one agent, in one namespace")
     common(sp)
-    sp.add_argument("--namespace", required=True, help="the namespace the tools work in")
+    sp.add_argument(
+        "--namespace", type=namespace_arg, required=True, help="the namespace the tools work in"
+    )
     sp.set_defaults(func=cmd_mcp)

@@ -49,7 +49,8 @@ from memini._values import (
     now_micros,
     to_micros,
 )
-from memini.errors import InvalidArgumentError, NotFoundError, StoreClosedError
+from memini.errors import NotFoundError, StoreClosedError
+from memini.limits import check_limit, check_namespace
 from memini.postgres import _meta
 from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, upsert
 from memini.postgres._filter import LIVE_AT, ORDER_COLUMNS, where
@@ -347,8 +348,7 @@ class PgEngine:
         return [r[0] for r in rows]
 
     def reassign(self, from_ns: str, ids: list[str], to_ns: str) -> int:
-        if not to_ns:
-            raise InvalidArgumentError("to_ns must be a non-empty namespace")
+        check_namespace(to_ns, "to_ns")  # the core's rule, as the embedded engine applies it
         if from_ns == to_ns or not ids:
             return 0
         with self._p.read() as conn:
@@ -875,7 +875,7 @@ class PgMeta:
 
     def rename_link_endpoints(self, from_ns: str, to_ns: str) -> None:
         from_ns = check_text(from_ns, "from_ns", non_empty=True)
-        to_ns = check_text(to_ns, "to_ns", non_empty=True)
+        to_ns = check_namespace(to_ns, "to_ns")
         with self._p.tx() as conn:
             conn.execute("LOCK TABLE links IN SHARE ROW EXCLUSIVE MODE")
             _meta.rename_link_endpoints(conn, from_ns, to_ns)
@@ -942,6 +942,6 @@ class PgMeta:
 
     def prune_events(self, older_than: datetime | None = None, keep_max: int = 0) -> int:
         cutoff = None if older_than is None else to_micros(older_than, "older_than")
-        keep = check_int(keep_max, "keep_max")
+        keep = check_limit(keep_max, "keep_max")
         with self._p.tx() as conn:
             return _meta.prune_events(conn, cutoff, keep)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from memini import _wire as wire
+from memini import limits
 from memini.store import Store
 
 __all__ = ["openapi"]
@@ -65,7 +66,10 @@ def _schema(hint: object, components: dict[str, Any]) -> dict[str, Any]:
             components[name] = {
                 "type": "object",
                 "additionalProperties": False,
-                "properties": {f.name: _schema(hints[f.name], components) for f in fields},
+                "properties": {
+                    f.name: _bounded(_schema(hints[f.name], components), f"{name}.{f.name}")
+                    for f in fields
+                },
                 "required": [
                     f.name
                     for f in fields
@@ -82,6 +86,15 @@ def _schema(hint: object, components: dict[str, Any]) -> dict[str, Any]:
         value = _schema(args[1], components) if len(args) == 2 else {}
         return {"type": "object", "additionalProperties": value}
     return {}
+
+
+def _bounded(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    """``schema`` with the bounds `memini.limits` gives parameter ``name``, on the
+    alternative of each bounded JSON type."""
+    bounds = limits.PARAMETERS.get(name, {})
+    if "anyOf" in schema:
+        return {**schema, "anyOf": [_bounded(o, name) for o in schema["anyOf"]]}
+    return {**schema, **bounds.get(schema.get("type", ""), {})}
 
 
 _ERROR = {
@@ -121,7 +134,7 @@ def openapi(version: str) -> dict[str, Any]:
                     "description": "the Memory fields to change, by name",
                 }
                 continue
-            props[pname] = _schema(m.params[pname], components)
+            props[pname] = _bounded(_schema(m.params[pname], components), pname)
             if p.default is p.empty:
                 required.append(pname)
         doc = (m_doc := getattr(Store, name).__doc__ or "").strip()
