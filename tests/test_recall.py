@@ -585,6 +585,17 @@ def test_no_neighbour_credit_where_storage_order_means_nothing(
     )
     by = {r.memory.id: r.score for r in store.recall(NS, "lake trip", vec(1, 0), dedup=False)}
     assert by["a1"] == by["x1"]
+    # a conversation carries on in the namespace: its coherence is measured again as it
+    # grows, and the answer now gains from the question before it
+    store.upsert_many(
+        [
+            mem(f"u{b}{i:02d}", f"more chatter {i}", embedding=topic(b % 2, i).embedding)
+            for b in range(4)
+            for i in range(10)
+        ]
+    )
+    by = {r.memory.id: r.score for r in store.recall(NS, "lake trip", vec(1, 0), dedup=False)}
+    assert by["a1"] > by["x1"]
 
 
 def test_keyword_queries_drop_stopwords_unless_nothing_else(store: Store) -> None:
