@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{layer_norm, linear, Embedding, LayerNorm, Linear, VarBuilder};
 use tokenizers::{Tokenizer, TruncationParams};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Interrupt, Result};
 
 /// The model's hyper-parameters (the fields of its `config.json` the forward pass needs).
 #[derive(Clone, Copy, Debug)]
@@ -154,8 +154,9 @@ impl LocalModel {
         Ok(enc.get_ids().to_vec())
     }
 
-    /// Embeds `texts`, `batch` at a time: row-major `texts.len() x dims` unit vectors.
-    pub fn embed(&self, texts: &[String], batch: usize) -> Result<Vec<f32>> {
+    /// Embeds `texts`, `batch` at a time: row-major `texts.len() x dims` unit vectors. Asks
+    /// `interrupt` before each batch (a forward pass takes tens of milliseconds).
+    pub fn embed(&self, texts: &[String], batch: usize, interrupt: &Interrupt) -> Result<Vec<f32>> {
         if batch == 0 {
             return Err(Error::invalid("batch must be >= 1"));
         }
@@ -174,6 +175,7 @@ impl LocalModel {
         let dims = self.dims();
         let mut out = vec![0f32; texts.len() * dims];
         for chunk in order.chunks(batch) {
+            interrupt()?;
             let rows: Vec<&[u32]> = chunk.iter().map(|&i| ids[i]).collect();
             let vectors = self.forward(&rows).map_err(run_err)?;
             for (&i, v) in chunk.iter().zip(vectors.chunks_exact(dims)) {

@@ -20,6 +20,31 @@ use std::sync::Arc;
 /// Result alias used across the core.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Asked between chunks of a long call (every [`INTERRUPT_EVERY`] rows or texts) whether to
+/// go on: an error (e.g. [`Error::Interrupted`] on Ctrl-C) stops the call.
+pub type Interrupt = Arc<dyn Fn() -> Result<()> + Send + Sync>;
+
+/// Rows (or texts) between two [`Interrupt`] checks.
+pub const INTERRUPT_EVERY: usize = 1024;
+
+/// An [`Interrupt`] that never stops a call.
+#[must_use]
+pub fn uninterrupted() -> Interrupt {
+    Arc::new(|| Ok(()))
+}
+
+/// Asks `interrupt` every [`INTERRUPT_EVERY`] items (at item `i`).
+///
+/// # Errors
+/// The interrupt's.
+pub fn check_every(interrupt: &Interrupt, i: usize) -> Result<()> {
+    if i.is_multiple_of(INTERRUPT_EVERY) {
+        interrupt()
+    } else {
+        Ok(())
+    }
+}
+
 /// Every error the core reports.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -70,6 +95,8 @@ pub enum Error {
     /// Any other storage or index failure, with no library error beneath it (an index out of
     /// step with the rows, a lost worker thread, a record that cannot be encoded, ...).
     Storage(String),
+    /// The caller asked a long call to stop (Ctrl-C): nothing of the call's write is stored.
+    Interrupted,
 }
 
 impl fmt::Display for Error {
@@ -83,6 +110,7 @@ impl fmt::Display for Error {
             | Self::Corruption(m)
             | Self::Storage(m) => f.write_str(m),
             Self::Closed => f.write_str("store is closed"),
+            Self::Interrupted => f.write_str("interrupted"),
             Self::Io { context, source } => write!(f, "{context}: {source}"),
             Self::RowStore { context, source } => write!(f, "{context}: {source}"),
             Self::KeywordIndex { context, source } => write!(f, "{context}: {source}"),
@@ -186,6 +214,8 @@ impl Error {
                 | Self::KeywordIndex { .. }
                 | Self::VectorIndex { .. }
                 | Self::Storage(_)
+                // stopped after some of its rows were written: the group must not commit
+                | Self::Interrupted
         )
     }
 

@@ -214,40 +214,64 @@ pub struct NewMemory {
     pub embedding: Option<Vec<f32>>,
 }
 
-/// Which rows a list, count or search considers (API.md `Filter`, with `now` resolved).
-#[derive(Clone, Debug, Default)]
-pub struct FilterSpec {
-    /// OR; empty = all.
-    pub tiers: Vec<Tier>,
-    /// OR; empty = all; None matches legacy rows.
-    pub levels: Vec<Option<Level>>,
-    /// AND, exact.
-    pub tags: Vec<String>,
-    /// AND of top-level string metadata pairs.
-    pub metadata: Vec<(String, String)>,
-    /// Drop rows carrying any of these pairs.
-    pub exclude_metadata: Vec<(String, String)>,
-    /// Ids dropped before ranking.
-    pub exclude_ids: Vec<String>,
-    /// Also rows whose expiry passed.
-    pub include_expired: bool,
-    /// Also superseded rows (and rows whose validity ended).
-    pub include_superseded: bool,
-    /// Reference instant (resolved by the caller).
-    pub now: Micros,
-    /// Time travel instant.
-    pub as_of: Option<Micros>,
-    /// `metadata["memory_type"]` in this list (OR).
-    pub memory_types: Vec<String>,
-    /// created_at >= this.
-    pub created_after: Option<Micros>,
-    /// last_accessed_at >= this.
-    pub accessed_after: Option<Micros>,
-    /// Sort key for `list`.
-    pub sort_key: Option<SortKey>,
-    /// Ascending order for `list`.
-    pub sort_asc: bool,
+/// The fields of a filter spec, declared once: `for_filter_fields!(m)` expands the macro `m!`
+/// with the list, from which the `FilterSpec` struct here and its conversion from Python in
+/// `python::convert` are derived. The Python declaration is the `memini.Filter` dataclass
+/// (`memini._convert.filter_to_spec` makes the spec dict, its `sort` flattened into `sort_key`
+/// and `sort_asc`); `tests/test_filters.py` checks that both name the same fields, in order.
+///
+/// Each entry: docs, `name: Type`. Adding a field here and to `memini.Filter`, plus the code
+/// giving it meaning (`filter::Predicate` here, `memini.postgres._filter` there), is all.
+#[macro_export]
+macro_rules! for_filter_fields {
+    ($m:ident) => {
+        $m! {
+            /// OR; empty = all.
+            tiers: Vec<Tier>;
+            /// OR; empty = all; None matches legacy rows.
+            levels: Vec<Option<Level>>;
+            /// AND, exact.
+            tags: Vec<String>;
+            /// AND of top-level string metadata pairs.
+            metadata: Vec<(String, String)>;
+            /// Drop rows carrying any of these pairs.
+            exclude_metadata: Vec<(String, String)>;
+            /// Ids dropped before ranking.
+            exclude_ids: Vec<String>;
+            /// Also rows whose expiry passed.
+            include_expired: bool;
+            /// Also superseded rows (and rows whose validity ended).
+            include_superseded: bool;
+            /// Reference instant (resolved by the caller).
+            now: Micros;
+            /// Time travel instant.
+            as_of: Option<Micros>;
+            /// `metadata["memory_type"]` in this list (OR).
+            memory_types: Vec<String>;
+            /// created_at >= this.
+            created_after: Option<Micros>;
+            /// last_accessed_at >= this.
+            accessed_after: Option<Micros>;
+            /// Sort key for `list` (None = `created_at`).
+            sort_key: Option<SortKey>;
+            /// Ascending order for `list`.
+            sort_asc: bool;
+        }
+    };
 }
+
+macro_rules! define_filter_spec {
+    ($( $(#[$doc:meta])* $name:ident : $ty:ty; )*) => {
+        /// Which rows a list, count or search considers (API.md `Filter`, with `now`
+        /// resolved). The default selects the live rows at instant 0.
+        #[derive(Clone, Debug, Default)]
+        pub struct FilterSpec {
+            $( $(#[$doc])* pub $name: $ty, )*
+        }
+    };
+}
+
+for_filter_fields!(define_filter_spec);
 
 /// A search hit.
 #[derive(Clone, Debug)]

@@ -27,7 +27,7 @@ from memini import (
     Tier,
     hash_api_key,
 )
-from memini.cli import main
+from memini.cli import commands, main
 from memini.embed import LocalEmbedder
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -321,6 +321,33 @@ def test_check_and_repair(
         assert s.keyword_search("beta", "code07", k=1)[0].memory.id == "b7"
         assert s.vector_search("beta", _vec(107), k=1)[0].memory.id == "b7"
     assert export(capsys, store, tmp_path / "b.jsonl") == exported.read_bytes()
+
+
+def test_repair_deletes_no_index_of_a_store_another_process_opened_meanwhile(
+    exported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """Issue 33 item 5: `check --repair` removes the indexes only while it holds the lock.
+    Another Store opens the store between the check (which closes it) and the repair."""
+    store = tmp_path / "src"
+    holder: list[Store] = []
+    real_print = commands._print_check
+
+    def open_meanwhile(out: Any, c: Any) -> None:
+        real_print(out, c)
+        if not holder:
+            holder.append(Store.open(store))
+
+    monkeypatch.setattr(commands, "_print_check", open_meanwhile)
+    try:
+        rc, _, err = run(capsys, "check", "--store", str(store), "--repair")
+        assert rc != 0 and "open in another process" in err, err
+        assert (store / "vectors").is_dir() and (store / "keyword").is_dir()
+        owner = holder[0]
+        assert owner.keyword_search("beta", "code07", k=1)[0].memory.id == "b7"
+        assert owner.vector_search("beta", _vec(107), k=1)[0].memory.id == "b7"
+    finally:
+        for s in holder:
+            s.close()
 
 
 def test_demo_runs_and_reruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

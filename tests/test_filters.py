@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, get_type_hints
 
 import numpy as np
 import pytest
@@ -21,7 +24,10 @@ from memini import (
     SortKey,
     Store,
     Tier,
+    _wire,
 )
+from memini import _convert as cv
+from memini._core import Engine
 
 NS = "ns"
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -748,3 +754,134 @@ def test_filters_match_model(store: Store, data: st.DataObject) -> None:
     small = store.keyword_search(ns, "common", f, k=2)
     assert len(small) == min(2, len(order))
     assert {h.memory.id for h in small} <= set(order)
+
+
+# ---------------------------------------------------------------------------------------------
+# one declaration of a filter's fields per language
+#
+# `memini.Filter` declares them in Python, ``for_filter_fields!`` in rust/types.rs in Rust; the
+# spec dict between the two is derived from the dataclass (`memini._convert.filter_to_spec`) and
+# the binding refuses a spec with a key missing or unknown, so that a field added on one side
+# only fails every filtered call instead of being dropped or defaulted. The wire and the OpenAPI
+# document are derived from the dataclass; PostgreSQL (`memini.postgres._filter`) and the core's
+# predicate are the code giving each field its meaning, checked by the cases above.
+
+RUST_TYPES = Path(__file__).resolve().parents[1] / "rust" / "types.rs"
+SPEC = cv.filter_to_spec(Filter(), NOW)
+
+
+def filter_spec_keys() -> list[str]:
+    """The spec keys `Filter` declares: its fields, those of a dataclass-typed field (``sort``)
+    as ``<field>_<subfield>``."""
+    hints = get_type_hints(Filter)
+    keys: list[str] = []
+    for f in dataclasses.fields(Filter):
+        hint = hints[f.name]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            keys += [f"{f.name}_{g.name}" for g in dataclasses.fields(hint)]
+        else:
+            keys.append(f.name)
+    return keys
+
+
+def rust_filter_fields() -> list[str]:
+    """The field names of ``for_filter_fields!`` in rust/types.rs, in order."""
+    text = RUST_TYPES.read_text()
+    start = text.index("macro_rules! for_filter_fields")
+    body = text[start : text.index("\n}\n", start)]
+    names = re.findall(r"^\s*(\w+)\s*:\s*[^;]+;\s*$", body, re.M)
+    assert len(names) >= 10, f"cannot read the fields of for_filter_fields! in {RUST_TYPES}"
+    return names
+
+
+def test_filter_spec_keys_are_the_filter_fields_and_the_rust_fields() -> None:
+    assert list(SPEC) == filter_spec_keys() == rust_filter_fields()
+
+
+def every_field_set() -> Filter:
+    """A `Filter` with no field at its default, each value taken from the first case above
+    that tests the field on every backend."""
+    kws = [p.values[0] for p in FIELD_CASES] + [p.values[1] for p in LIVE_CASES]
+    samples: dict[str, Any] = {"sort": Sort(SortKey.IMPORTANCE, asc=True)}  # as in test_sort
+    for kw in kws:
+        for name, value in kw.items():
+            if value is not WALL:
+                samples.setdefault(name, value)
+    return Filter(**samples)
+
+
+def test_every_filter_field_is_tested_on_every_backend() -> None:
+    """A `Filter` field without cases above (run on disk, in memory, served and on
+    PostgreSQL) or outside the model of `test_filters_match_model` fails here: so a field the
+    wire or PostgreSQL do not honour cannot be added unnoticed."""
+    spec = cv.filter_to_spec(every_field_set(), NOW)
+    assert [k for k in spec if spec[k] == SPEC[k]] == [], "add FIELD_CASES for these fields"
+    drawn_always = {"include_expired", "include_superseded", "now", "sort"}  # filter_strategy
+    assert set(FEATURES) | drawn_always == {f.name for f in dataclasses.fields(Filter)}
+
+
+class _Reads(dict[str, Any]):
+    """A spec recording the keys read from it."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        super().__init__(spec)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_postgres_reads_every_spec_key() -> None:
+    pytest.importorskip("psycopg", reason="pip install 'memini[postgres]'")
+    from memini.postgres._filter import order_by, where
+
+    spec = _Reads(SPEC)
+    where(spec, {})
+    order_by(spec)
+    assert spec.read == set(SPEC)
+
+
+def test_wire_carries_every_filter_field() -> None:
+    f = every_field_set()
+    back = _wire.decode(_wire.loads(_wire.dumps(_wire.encode(f, Filter))), Filter, "filter")
+    assert cv.filter_to_spec(back) == cv.filter_to_spec(f)
+
+
+BAD_SPECS = [
+    *(
+        pytest.param(
+            {k: v for k, v in SPEC.items() if k != key},
+            f'missing the key "{key}"',
+            id=f"missing-{key}",
+        )
+        for key in SPEC
+    ),
+    pytest.param({**SPEC, "colour": "red"}, "unknown key\\(s\\) 'colour'", id="unknown-key"),
+    pytest.param({**SPEC, 7: None}, "unknown key\\(s\\) 7", id="unknown-non-str-key"),
+    pytest.param({**SPEC, "tags": None}, 'key "tags": ', id="none-list-not-defaulted"),
+    pytest.param({**SPEC, "include_expired": None}, 'key "include_expired": ', id="none-flag"),
+    pytest.param({**SPEC, "tiers": ["eternal"]}, 'key "tiers": unknown tier', id="bad-tier"),
+]
+
+
+@pytest.mark.parametrize(("spec", "match"), BAD_SPECS)
+def test_binding_refuses_a_spec_with_a_key_missing_or_unknown(
+    spec: dict[Any, Any], match: str
+) -> None:
+    engine = Engine(None, 4, "l2")
+    q = np.ones(4, dtype=np.float32)
+    for call in (
+        lambda: engine.count(NS, spec),
+        lambda: engine.list(NS, spec, 0, 0),
+        lambda: engine.vector_search(NS, q, spec, 1),
+        lambda: engine.keyword_search(NS, "x", spec, 1),
+    ):
+        with pytest.raises(InvalidArgumentError, match=match):
+            call()
+    assert engine.count(NS, SPEC) == 0  # the complete spec is taken
+
+
+def test_a_filter_field_of_an_uncovered_type_fails_at_import() -> None:
+    with pytest.raises(TypeError, match=r"Filter.colour has type .*add one to _FILTER_RULES"):
+        cv._rule(Filter, "colour", bytes)

@@ -521,3 +521,34 @@ def test_a_huge_word_is_not_indexed_and_warns_nothing(caplog: pytest.LogCaptureF
         assert [h.memory.id for h in s.keyword_search("n", "world")] == ["a"]
         assert s.keyword_search("n", "x" * 4_096) == []  # the longest query allowed
     assert not [r for r in caplog.records if "MAX_TOKEN_LEN" in r.getMessage()]
+
+
+def test_the_readme_quick_start_run_twice_scores_its_row_the_same(tmp_path: Any) -> None:
+    """Issue 33 item 18: the second run (a reopen, the same row written again) scored it
+    0.2877 then 0.1823, and stats() counted 4 keyword docs for 2 rows."""
+    path = tmp_path / "agent-memory"
+    scores, docs = [], []
+    for _ in range(3):
+        with Store.open(path, dims=4, metric="cos") as s:
+            s.upsert(
+                Memory(
+                    id="m1",
+                    namespace="alice",
+                    content="Alice prefers green tea",
+                    tier=Tier.SEMANTIC,
+                    tags=["preference"],
+                    embedding=np.ones(4),
+                )
+            )
+            s.upsert(
+                Memory(
+                    id="m2",
+                    namespace="alice",
+                    content="Bob likes tea with milk",
+                    embedding=np.ones(4),
+                )
+            )
+            scores.append([(h.memory.id, h.score) for h in s.keyword_search("alice", "tea")])
+            docs.append(s.stats()["keyword_docs"])
+    assert scores[1] == scores[0] and scores[2] == scores[0]
+    assert docs == [2, 2, 2]

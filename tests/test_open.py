@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import math
@@ -11,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -87,6 +89,7 @@ def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 # Prints the class name of the exception a second open raises, or "opened".
 TRY_OPEN = """
 import sys
+import time
 from memini import Store
 try:
     s = Store.open(sys.argv[1])
@@ -100,6 +103,7 @@ else:
 # Opens the store, writes one row, says "ready" and holds the store until killed.
 HOLD_OPEN = """
 import sys
+import time
 from memini import Memory, Store
 s = Store.open(sys.argv[1], dims=4)
 s.upsert(Memory(id="held", namespace="ns", content="written by the holder", embedding=[1, 2, 3, 4]))
@@ -850,3 +854,73 @@ def test_library_installs_no_log_handler(tmp_path: Path) -> None:
     with Store.open(tmp_path / "store") as s:
         s.compact()
     assert logging.getLogger("memini").handlers == []
+
+
+# Races to create (then reopen) the stores in argv[1:-2]: from time argv[-2] (time.time()),
+# one path a second, each process opens the store whenever it can, writes one row and holds
+# the store 20 ms. Prints the rows it was acknowledged, the times it owned each store
+# (CLOCK_MONOTONIC, system-wide) and any error other than StoreLockedError.
+RACE_TO_CREATE = """
+import json, sys, time
+from memini import Memory, Store, StoreLockedError
+*paths, start, me = sys.argv[1:]
+acked, owned, errors = [], [], []
+for i, path in enumerate(paths):
+    t = float(start) + i
+    time.sleep(max(0.0, t - time.time() - 0.02))
+    while time.time() < t:
+        pass
+    n = 0
+    while time.time() < t + 0.8:
+        try:
+            s = Store.open(path, dims=4)
+        except StoreLockedError:
+            continue
+        except Exception as e:
+            errors.append(repr(e))
+            continue
+        t0 = time.monotonic()
+        try:
+            mid = f"{me}-{n}"
+            s.upsert(Memory(id=mid, namespace="ns", content=mid, embedding=[1.0, 0, 0, 0]))
+            acked.append([path, mid])
+            n += 1
+            time.sleep(0.02)
+        except Exception as e:
+            errors.append(repr(e))
+        finally:
+            owned.append([path, t0, time.monotonic()])
+            s.close()
+print(json.dumps({"acked": acked, "owned": owned, "errors": errors}))
+"""
+
+
+def test_processes_racing_to_create_one_store_share_it_one_at_a_time(tmp_path: Path) -> None:
+    """Issue 33 item 5: the process that loses the race to create a store removed the
+    directory, the winner's rows and LOCK file with it (acknowledged writes lost, and a third
+    process could lock a new LOCK file while the winner still held the old one)."""
+    paths = [str(tmp_path / f"store{i}") for i in range(3)]
+    start = time.time() + 6.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE_TO_CREATE, *paths, str(start), f"p{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        reports.append(json.loads(out))
+    assert [e for r in reports for e in r["errors"]] == []
+    for path in paths:
+        acked = sorted(mid for r in reports for p, mid in r["acked"] if p == path)
+        assert acked, "nobody opened the store"
+        owned = sorted((a, b) for r in reports for p, a, b in r["owned"] if p == path)
+        overlaps = [(x, y) for x, y in itertools.pairwise(owned) if y[0] < x[1]]
+        assert overlaps == [], "two processes owned the store at once"
+        with Store.open(path) as s:
+            assert sorted(m.id for m in s.list(NS)) == acked

@@ -11,7 +11,10 @@ The fields are not listed here: each field's converter is derived from its annot
 `Memory` dataclass (`typing.get_type_hints`), with the rules a field's meaning adds beyond its
 type read from the field's ``metadata`` (see ``memini.types._rules``). Adding a plain field to
 `Memory` (and to the Rust schema, ``for_memory_fields!`` in ``rust/types.rs``) needs no change
-here; ``tests/test_types.py`` checks both schemas name the same fields. The rules of single
+here; ``tests/test_types.py`` checks both schemas name the same fields. Likewise a filter
+spec's keys and rules are derived from the `Filter` dataclass, and the Rust side
+(``for_filter_fields!``) refuses a spec with a key missing or unknown: adding a `Filter` field
+of a type `_FILTER_RULES` covers needs no change here. The rules of single
 values (text, enums, datetimes, vectors, metadata JSON, ...) live in `memini._values`, shared
 with the SQLite side; the core builds the `Memory` objects it returns itself, reading stored
 metadata with `json_to_metadata` (looked up here by the binding).
@@ -28,9 +31,9 @@ import functools
 import operator
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from types import UnionType
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
@@ -52,7 +55,7 @@ from memini._values import (
     to_micros,
 )
 from memini.errors import InvalidArgumentError
-from memini.types import Filter, Level, Memory, Sort, SortKey, Tier, fingerprint
+from memini.types import Filter, Level, Memory, SortKey, Tier, fingerprint
 
 if TYPE_CHECKING:
     from memini._core import FilterSpec, Row
@@ -262,6 +265,123 @@ def _pairs(value: object, what: str) -> list[tuple[str, str]]:
     return out
 
 
+# The spec is derived from the `Filter` dataclass, the one Python list of a filter's fields:
+# each field's value converted by the rule of its type (`_FILTER_RULES`), under the field's
+# name; a field whose type is a dataclass (``sort: Sort``) gives its own fields as
+# ``<field>_<subfield>`` keys (``sort_key``, ``sort_asc``). The core's declaration
+# (``for_filter_fields!`` in rust/types.rs) refuses a spec with a key missing or unknown, so
+# the two cannot drift silently; tests/test_filters.py compares them.
+
+
+def _tier_values(value: object, what: str) -> list[str]:
+    return [t.value for t in coerce_enum_list(Tier, value, what, unordered=True)]
+
+
+def _level_values(value: object, what: str) -> list[str | None]:
+    items = check_sequence(value, what, "Level values", unordered=True)
+    return [
+        None if lv is None else coerce_enum(Level, lv, f"{what}[{i}]").value
+        for i, lv in enumerate(items)
+    ]
+
+
+_FILTER_RULES: Final[dict[object, _Rule]] = {
+    Sequence[Tier]: _tier_values,
+    Sequence[Level | None]: _level_values,
+    Sequence[str]: functools.partial(check_text_list, unordered=True),
+    Mapping[str, str]: _pairs,
+    bool: check_bool,
+    datetime | None: opt_micros,
+    SortKey: _enum_rule(SortKey),
+}
+
+
+class _SpecPart(NamedTuple):
+    """How a spec key is made from a field of a dataclass-typed `Filter` field."""
+
+    attr: str
+    key: str
+    what: str  # its name in errors
+    rule: _Rule
+
+
+class _SpecField(NamedTuple):
+    """How a `Filter` field becomes its spec key (``key`` by ``rule``) or, a dataclass field
+    (``sort``), its keys (``rule`` checks the instance, None = the class's default; ``parts``
+    make the keys from its fields)."""
+
+    name: str
+    default: object  # its default if immutable, else a marker no value is
+    what: str  # its name in errors
+    key: str
+    rule: _Rule
+    parts: tuple[_SpecPart, ...] | None
+
+
+def _rule(owner: type, name: str, hint: object) -> _Rule:
+    """The filter rule of field ``owner.name`` of type ``hint``.
+
+    Raises:
+        TypeError: A type no rule covers (at import: add it to ``_FILTER_RULES``).
+    """
+    rule = _FILTER_RULES.get(hint)
+    if rule is None:
+        raise TypeError(
+            f"{owner.__name__}.{name} has type {hint}, for which memini._convert has no "
+            "filter rule (add one to _FILTER_RULES)"
+        )
+    return rule
+
+
+def _instance_rule(cls: type) -> _Rule:
+    """The rule of a dataclass-typed filter field: an instance of ``cls``; None = ``cls()``."""
+
+    def check(value: object, what: str) -> object:
+        if value is None:
+            return cls()
+        if not isinstance(value, cls):
+            raise InvalidArgumentError(
+                f"{what} must be a {cls.__name__}, got {type(value).__name__}"
+            )
+        return value
+
+    return check
+
+
+def _spec_fields() -> tuple[_SpecField, ...]:
+    """The entries of the `Filter` fields, in declaration order."""
+    hints = typing.get_type_hints(Filter)
+    out: list[_SpecField] = []
+    for f in dataclasses.fields(Filter):
+        hint, what = hints[f.name], f"filter.{f.name}"
+        # a default_factory's value is a new object each time: never `is` the marker
+        default = object() if f.default is dataclasses.MISSING else f.default
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            inner = typing.get_type_hints(hint)
+            parts = tuple(
+                _SpecPart(
+                    g.name,
+                    f"{f.name}_{g.name}",
+                    f"{what}.{g.name}",
+                    _rule(hint, g.name, inner[g.name]),
+                )
+                for g in dataclasses.fields(hint)
+            )
+            out.append(_SpecField(f.name, default, what, "", _instance_rule(hint), parts))
+        else:
+            out.append(_SpecField(f.name, default, what, f.name, _rule(Filter, f.name, hint), None))
+    return tuple(out)
+
+
+_FILTER_SPEC: Final = _spec_fields()
+
+
+def _put_parts(spec: dict[str, Any], value: object, parts: tuple[_SpecPart, ...]) -> None:
+    """Set the spec keys of a checked dataclass-typed field's value (a `Sort`)."""
+    for attr, key, what, rule in parts:
+        spec[key] = rule(getattr(value, attr), what)
+
+
 def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
     """Validate a `Filter` and convert it to the core's filter spec.
 
@@ -284,44 +404,33 @@ def filter_to_spec(f: Filter | None, now: datetime | None = None) -> FilterSpec:
             where a list is expected, a non-str tag, id, memory type or metadata value, a
             non-datetime time, a non-bool flag.
     """
-    if f is None:  # the common case, on every search: a copy of the default spec
-        spec = dict(_DEFAULT_SPEC)
+    spec = dict(_DEFAULT_SPEC)  # every key, `now` None; its lists are never mutated
+    if f is not None:
+        if not isinstance(f, Filter):
+            raise InvalidArgumentError(f"filter must be a Filter or None, got {type(f).__name__}")
+        for name, default, what, key, rule, parts in _FILTER_SPEC:
+            value = getattr(f, name)
+            if value is default:  # a field left at its default keeps the default's entry
+                continue
+            if parts is None:
+                spec[key] = rule(value, what)
+            else:
+                _put_parts(spec, rule(value, what), parts)
+    if spec["now"] is None:
         spec["now"] = now_micros() if now is None else to_micros(now, "now")
-        return cast("FilterSpec", spec)
-    if not isinstance(f, Filter):
-        raise InvalidArgumentError(f"filter must be a Filter or None, got {type(f).__name__}")
-    if f.now is not None:
-        now_us = to_micros(f.now, "filter.now")
-    elif now is not None:
-        now_us = to_micros(now, "now")
-    else:
-        now_us = now_micros()
-    sort = Sort() if f.sort is None else f.sort
-    if not isinstance(sort, Sort):
-        raise InvalidArgumentError(f"filter.sort must be a Sort, got {type(sort).__name__}")
-    return {
-        "tiers": [t.value for t in coerce_enum_list(Tier, f.tiers, "filter.tiers", unordered=True)],
-        "levels": [
-            None if lv is None else coerce_enum(Level, lv, f"filter.levels[{i}]").value
-            for i, lv in enumerate(
-                check_sequence(f.levels, "filter.levels", "Level values", unordered=True)
-            )
-        ],
-        "tags": check_text_list(f.tags, "filter.tags", unordered=True),
-        "metadata": _pairs(f.metadata, "filter.metadata"),
-        "exclude_metadata": _pairs(f.exclude_metadata, "filter.exclude_metadata"),
-        "exclude_ids": check_text_list(f.exclude_ids, "filter.exclude_ids", unordered=True),
-        "include_expired": check_bool(f.include_expired, "filter.include_expired"),
-        "include_superseded": check_bool(f.include_superseded, "filter.include_superseded"),
-        "now": now_us,
-        "as_of": opt_micros(f.as_of, "filter.as_of"),
-        "memory_types": check_text_list(f.memory_types, "filter.memory_types", unordered=True),
-        "created_after": opt_micros(f.created_after, "filter.created_after"),
-        "accessed_after": opt_micros(f.accessed_after, "filter.accessed_after"),
-        "sort_key": coerce_enum(SortKey, sort.key, "filter.sort.key").value,
-        "sort_asc": check_bool(sort.asc, "filter.sort.asc"),
-    }
+    return spec
 
 
-# The spec of `Filter()`, copied by filter_to_spec(None), which sets its "now".
-_DEFAULT_SPEC: Final = filter_to_spec(Filter(), now=datetime.fromtimestamp(0, UTC))
+def _default_spec() -> dict[str, Any]:
+    """The spec of `Filter()` with ``now`` None, which `filter_to_spec` starts from."""
+    spec: dict[str, Any] = {}
+    f = Filter()
+    for name, _, what, key, rule, parts in _FILTER_SPEC:
+        if parts is None:
+            spec[key] = rule(getattr(f, name), what)
+        else:
+            _put_parts(spec, rule(getattr(f, name), what), parts)
+    return spec
+
+
+_DEFAULT_SPEC: Final = _default_spec()

@@ -9,13 +9,14 @@ objects (built by the core, with enum members, aware UTC datetimes and parsed me
   timestamps are ``int`` microseconds since the Unix epoch (UTC); ``metadata`` is JSON text;
   ``tier``/``level`` are the enum string values; ``fingerprint`` is the lowercase hex SHA-256
   of the normalised content (computed in Python); ``embedding`` is a float32 array or None.
-* a *filter spec* is a ``dict`` with the keys of ``FilterSpec``; ``now`` is always resolved.
+* a *filter spec* (``FilterSpec``) is a ``dict`` with exactly the keys of the Rust
+  ``FilterSpec``; ``now`` is always resolved.
 * embeddings are 1-D (queries for ``vector_search_many``: 2-D) C-contiguous ``float32`` arrays.
 """
 
 import builtins
 from collections.abc import Callable
-from typing import Any, Literal, TypeAlias, TypedDict, TypeVar, final
+from typing import Any, Literal, TypeAlias, TypeVar, final
 
 import numpy as np
 import numpy.typing as npt
@@ -61,22 +62,12 @@ Done: TypeAlias = Callable[[BaseException | None, _T | None], object]
 once the call is over (exactly one of the two is None): on the core's thread, or with
 ``completions``, on the thread that drains them."""
 
-class FilterSpec(TypedDict):
-    tiers: list[str]
-    levels: list[str | None]
-    tags: list[str]
-    metadata: list[tuple[str, str]]
-    exclude_metadata: list[tuple[str, str]]
-    exclude_ids: list[str]
-    include_expired: bool
-    include_superseded: bool
-    now: int
-    as_of: int | None
-    memory_types: list[str]
-    created_after: int | None
-    accessed_after: int | None
-    sort_key: str
-    sort_asc: bool
+FilterSpec: TypeAlias = dict[str, Any]
+"""A filter spec: a dict with one key per field of the Rust ``FilterSpec``
+(``for_filter_fields!`` in rust/types.rs), each required (a missing or unknown key is
+refused), made by `memini._convert.filter_to_spec` from the `memini.Filter` fields (``sort``
+as ``sort_key`` and ``sort_asc``); ``now`` is always resolved. Timestamps are ``int``
+microseconds, enums their string values, metadata pairs lists of ``(key, value)``."""
 
 def build_profile() -> Literal["release", "debug"]: ...
 def ranking(
@@ -122,7 +113,14 @@ def vector_scores(
 class Engine:
     """The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL."""
 
-    def __new__(cls, path: str | None, dims: int | None, metric: str | None) -> Engine: ...
+    def __new__(
+        cls,
+        path: str | None,
+        dims: int | None,
+        metric: str | None,
+        *,
+        rebuild_indexes: bool = False,
+    ) -> Engine: ...
     @property
     def dims(self) -> int: ...
     @property

@@ -118,11 +118,14 @@ _Dec = Callable[[Any, str], Any]
 
 
 def _is_vector(hint: object) -> bool:
-    """Whether ``hint`` is a vector slot: a query (`npt.ArrayLike`) or ``Memory.embedding``."""
+    """Whether ``hint`` is a vector slot: a query (`npt.ArrayLike`, optional or not) or
+    ``Memory.embedding``."""
     if hint is npt.ArrayLike:
         return True
     opts, _ = _options(hint)
-    return len(opts) == 2 and np.ndarray[Any, Any] in opts and Sequence[float] in opts
+    if len(opts) == 2:
+        return np.ndarray[Any, Any] in opts and Sequence[float] in opts
+    return len(opts) > 2 and typing.Union[tuple(opts)] == npt.ArrayLike  # noqa: UP007
 
 
 def _options(hint: object) -> tuple[list[object], bool]:
@@ -380,6 +383,8 @@ def _vector(value: Any, path: str) -> Any:
         if all(type(x) is float or type(x) is int for x in value):
             return value
         return [_vector(x, f"{path}[{i}]") for i, x in enumerate(value)]
+    if isinstance(value, bool):  # numpy would read it as 0 or 1
+        raise InvalidArgumentError(f"{path} must be a number, got {str(value).lower()}")
     return _plain_any(value, path)  # e.g. an array marker: the ndarray the client had
 
 
@@ -410,6 +415,8 @@ def _decoder(hint: object) -> _Dec:
     origin = typing.get_origin(h)
     if h is datetime:
         return _dt
+    if h is int:
+        return _int_value
     if origin is np.ndarray or h is np.ndarray:
         return lambda v, p: np.asarray(v, dtype=np.float32) if isinstance(v, list) else v
     if isinstance(h, type) and issubclass(h, enum.Enum):
@@ -423,10 +430,23 @@ def _decoder(hint: object) -> _Dec:
         def dec_list(v: Any, p: str) -> Any:
             if isinstance(v, list):
                 return [item(x, f"{p}[{i}]") for i, x in enumerate(v)]
+            if isinstance(v, dict) and _unmark(v, p) is v:  # an object is no sequence
+                raise InvalidArgumentError(f"{p} must be a JSON array, got an object")
             return _plain_any(v, p)
 
         return dec_list
     return _plain_any
+
+
+def _int_value(v: Any, p: str) -> Any:
+    """An integer: JSON's ``3.0`` is the integer 3 (JSON Schema's ``integer`` admits it);
+    an object (not a marker) is refused here, as the store may not read every int it gets
+    (an appended event's ``id``)."""
+    if type(v) is float and v.is_integer() and abs(v) <= 2**53:  # exact: no rounded giant
+        return int(v)
+    if isinstance(v, list) or (isinstance(v, dict) and _unmark(v, p) is v):
+        raise InvalidArgumentError(f"{p} must be an integer, got a JSON {type(v).__name__}")
+    return _plain_any(v, p)
 
 
 def _enum_decoder(cls: type[enum.Enum]) -> _Dec:

@@ -151,6 +151,7 @@ def _event_row(
         raise InvalidArgumentError(f"{what} must be an Event, got {type(event).__name__}")
     if event.detail is None:  # unlike Memory.metadata, None is not read as {}
         raise InvalidArgumentError(f"{what}.detail must be a dict with str keys, got None")
+    check_int(event.id, f"{what}.id")  # assigned by the store, but an id all the same
     tier = event.memory_tier
     return event_row(
         check_text(event.op_id, f"{what}.op_id", non_empty=True),
@@ -441,13 +442,8 @@ def prepare_filter(filter: EventFilter | None) -> EventQuery:
             f"filter must be an EventFilter or None, got {type(filter).__name__}"
         )
     namespace = check_text(filter.namespace, "filter.namespace")
-    namespaces = (
-        (namespace,)
-        if namespace
-        else tuple(
-            dict.fromkeys(check_text_list(filter.namespaces, "filter.namespaces", unordered=True))
-        )
-    )
+    listed = check_text_list(filter.namespaces, "filter.namespaces", unordered=True)
+    namespaces = (namespace,) if namespace else tuple(dict.fromkeys(listed))
     before_id = check_int(filter.before_id, "filter.before_id")
     if before_id < 0:
         raise InvalidArgumentError(f"filter.before_id must be >= 0, got {before_id}")

@@ -322,6 +322,11 @@ class Sort:
     asc: bool = False
 
 
+# The one Python list of a filter's fields: the core's filter spec (`memini._convert.
+# filter_to_spec`, a rule per field type), the wire format and the OpenAPI schema derive from
+# it. The Rust list is ``for_filter_fields!`` in rust/types.rs, whose binding refuses a spec
+# with a key missing or unknown; tests/test_filters.py checks that the two agree and that every
+# field has cases run on every backend.
 @dataclass
 class Filter:
     """Which rows a list, count or search considers. The default selects the live rows.

@@ -16,13 +16,14 @@
 //! 490 writes/s); after, 2,720 writes in ~800 commits (3.4 per commit, 907 writes/s).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::tx::Tx;
-use super::{Counters, Engine, FaultPoint, Inner, State};
+use super::{panicked, Counters, Engine, FaultPoint, Inner, State};
 use crate::error::{Error, Result};
 use crate::keyword::{Doc, KeywordIndex, FOLD_DOCS};
 use crate::rows::Col;
@@ -70,13 +71,23 @@ struct Slot {
 #[derive(Default)]
 struct SlotState {
     result: Option<Result<Out>>,
+    /// The writer was given its outcome (it may have taken it already).
+    answered: bool,
     lead: bool,
 }
 
 impl Slot {
     fn put(&self, r: Result<Out>) {
-        self.state.lock().result = Some(r);
+        let mut g = self.state.lock();
+        g.result = Some(r);
+        g.answered = true;
         self.cv.notify_all();
+    }
+    /// Gives the writer `r` unless it was given its outcome already.
+    fn put_unanswered(&self, r: Result<Out>) {
+        if !self.state.lock().answered {
+            self.put(r);
+        }
     }
     /// Hands the lead to this (queued, not yet run) writer.
     fn lead(&self) {
@@ -204,6 +215,12 @@ impl Inner {
     /// Leads one group: lingers for the writers of recent groups, runs every queued job,
     /// then hands the lead to the first writer queued meanwhile (or gives it up), so that
     /// this writer is free to queue its next write behind it.
+    ///
+    /// A panic in a write or while applying a committed group is caught where it happens
+    /// (see `run_group` and `apply`). One anywhere else in the group still hands the lead
+    /// on (else every later write would wait forever): the group's writers get an error,
+    /// and as the rows may then hold what the columns and indexes do not, writes are
+    /// refused until a reopen (as after a commit that may or may not have landed).
     fn lead_one_group(&self) {
         let mut q = self.queue.lock();
         linger(&self.queued, &mut q);
@@ -211,10 +228,18 @@ impl Inner {
         let writers = jobs.len();
         drop(q);
         let started = Instant::now();
+        let slots: Vec<Arc<Slot>> = jobs.iter().map(|(_, s)| Arc::clone(s)).collect();
         let unrun = if writers == 0 {
             Vec::new()
         } else {
-            self.run_group(jobs)
+            catch_unwind(AssertUnwindSafe(|| self.run_group(jobs))).unwrap_or_else(|p| {
+                let e = panicked("a commit group", &*p);
+                *self.broken.lock() = Some(e.to_string());
+                for s in slots {
+                    s.put_unanswered(Err(e.clone()));
+                }
+                Vec::new()
+            })
         };
         let took = started.elapsed();
         let mut q = self.queue.lock();
@@ -260,7 +285,10 @@ impl Inner {
                     cols: &st.cols,
                     faults: &self.faults,
                 };
-                let r = op(&mut tx);
+                // a panicking write fails its group as a storage failure would: nothing of
+                // the group is committed
+                let r = catch_unwind(AssertUnwindSafe(|| op(&mut tx)))
+                    .unwrap_or_else(|p| Err(panicked("a write", &*p)));
                 if let Err(e) = &r {
                     if e.is_storage_fault() {
                         failed = Some(e.clone());
@@ -325,7 +353,8 @@ impl Inner {
                             err @ (Error::NotFound(_)
                             | Error::Conflict(_)
                             | Error::InvalidArgument(_)
-                            | Error::DimensionMismatch(_)),
+                            | Error::DimensionMismatch(_)
+                            | Error::Interrupted),
                         ) => Err(err),
                         _ => Err(e.clone().within(&prefix)),
                     });
@@ -335,9 +364,9 @@ impl Inner {
         unrun
     }
 
-    /// Merges a committed group's effects into the derived state. An index that fails to
-    /// take them is rebuilt from the rows (see `recovery`); the error returned, when even
-    /// that fails, is what the group's writers are told.
+    /// Merges a committed group's effects into the derived state. An index that fails (or
+    /// panics) taking them is rebuilt from the rows (see `recovery`); the error returned,
+    /// when even that fails, is what the group's writers are told.
     ///
     /// A bulk group's graph inserts run on the worker pool while this thread updates the
     /// columns and the keyword index: before, both waited for the inserts to end, one core
@@ -369,9 +398,12 @@ impl Inner {
             ..
         } = st;
         let add_vectors = || {
-            self.faults
-                .check(FaultPoint::VectorApply)
-                .and_then(|()| apply_vectors(vectors, &vec_remove, vec_add))
+            caught("applying a group to the vector index", || {
+                self.faults.panic_at(FaultPoint::ApplyPanic);
+                self.faults
+                    .check(FaultPoint::VectorApply)
+                    .and_then(|()| apply_vectors(vectors, &vec_remove, vec_add))
+            })
         };
         let add_rest = || {
             for (rid, col) in cols {
@@ -380,9 +412,11 @@ impl Inner {
                     None => columns.remove(rid),
                 };
             }
-            self.faults
-                .check(FaultPoint::KeywordApply)
-                .and_then(|()| apply_docs(keyword, docs, seq))
+            caught("applying a group to the keyword index", || {
+                self.faults
+                    .check(FaultPoint::KeywordApply)
+                    .and_then(|()| apply_docs(keyword, docs, seq))
+            })
         };
         let (added, indexed) = if bulk {
             match crate::pool::pool() {
@@ -402,8 +436,15 @@ impl Inner {
                 .get_or_insert_with(Default::default)
                 .add(&e, rids);
         }
-        self.repair(st, rows, seq)
+        catch_unwind(AssertUnwindSafe(|| self.repair(st, rows, seq)))
+            .unwrap_or_else(|p| Err(panicked("repairing an index", &*p).to_string()))
     }
+}
+
+/// Runs `f`, turning a panic into an error (the index it was updating is then rebuilt from
+/// the rows, as after any failed update).
+fn caught(doing: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panicked(doing, &*p)))
 }
 
 /// Whether a commit that reported an error reached the row store anyway (its counters are

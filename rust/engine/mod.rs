@@ -70,6 +70,9 @@ pub struct Options {
     pub metric: Option<Metric>,
     /// Search-plan thresholds; tests lower them to reach every plan with few rows.
     pub tuning: Tuning,
+    /// Remove the derived indexes (once the directory is locked) so that they are rebuilt
+    /// from the rows (`memini check --repair`).
+    pub rebuild_indexes: bool,
 }
 
 /// Counters persisted in the row store's meta table.
@@ -151,11 +154,16 @@ pub enum FaultPoint {
     Write,
     /// Saving the indexes at a checkpoint.
     Checkpoint,
+    /// A write panics inside its group, before the commit (as a bug in it would).
+    WritePanic,
+    /// The commit leader panics applying a committed group to the vector index (as a bug
+    /// in it would).
+    ApplyPanic,
 }
 
 /// Armed failpoints: how many more passes through each point fail.
 #[derive(Default)]
-struct Faults([AtomicU32; 5]);
+struct Faults([AtomicU32; 7]);
 
 impl Faults {
     fn arm(&self, point: FaultPoint, times: u32) {
@@ -173,12 +181,29 @@ impl Faults {
             Ok(())
         }
     }
+
+    /// Panics (once per armed pass) at `point`.
+    fn panic_at(&self, point: FaultPoint) {
+        if let Err(e) = self.check(point) {
+            panic!("{e}");
+        }
+    }
+}
+
+/// A panic caught while `doing` something, as the error its writers get.
+fn panicked(doing: &str, payload: &(dyn std::any::Any + Send)) -> Error {
+    let why = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    log::error!("{doing} panicked: {why}");
+    Error::Storage(format!("{doing} panicked ({why})"))
 }
 
 /// An open store.
 struct Inner {
     dir: Option<PathBuf>,
-    _lock: Option<File>,
     dims: usize,
     metric: Metric,
     rows: RwLock<RowStore>,
@@ -203,6 +228,9 @@ struct Inner {
     /// overlay full waits on it, holding `overlay_wait` (see `commit`).
     thawed: Condvar,
     overlay_wait: Mutex<()>,
+    /// The directory's lock. Last: fields drop in order, so it is released only once the
+    /// row store's file and the indexes are (else the next owner finds the row store open).
+    _lock: Option<File>,
 }
 
 /// The memory store core. Thread-safe; every method takes `&self`.

@@ -40,14 +40,19 @@ fn prepare_dir(d: &Path, options: &Options) -> Result<bool> {
     Ok(created)
 }
 
+/// Locks the store directory through its `LOCK` file. The file locked must still be the one
+/// at the path: a process whose new store failed removes the directory (while it holds the
+/// lock, see [`Engine::open`]), and a lock taken meanwhile on the removed file guards nothing.
 fn take_lock(dir: &Path) -> Result<File> {
+    let path = dir.join("LOCK");
     let file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir.join("LOCK"))?;
+        .open(&path)?;
     // flock (not fcntl): a second open in the same process conflicts too; dies with the process.
-    if file.try_lock().is_err() {
+    let locked = file.try_lock().is_ok() && same_file(&file, &path);
+    if !locked {
         return Err(Error::Locked(format!(
             "store directory {} is in use by another open Store (this process or another); \
              close that Store first, or route work through the process that owns it",
@@ -57,26 +62,71 @@ fn take_lock(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
+/// Whether `file` is the file at `path` now (not one removed or replaced since it was opened).
+fn same_file(file: &File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), fs::metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path);
+        true
+    }
+}
+
+/// The derived indexes' directories, removed by [`Options::rebuild_indexes`].
+const INDEX_DIRS: [&str; 2] = ["vectors", "keyword"];
+
 impl Engine {
     /// Opens (or creates) a store. `dir = None` is an in-memory store.
+    ///
+    /// A new store that fails to come into being leaves nothing behind, and only what this
+    /// call created is removed, only while it holds the lock: a process that loses the race to
+    /// create a store (another holds the lock) removes nothing, so the winner keeps its files.
     pub fn open(dir: Option<&Path>, options: &Options) -> Result<Self> {
         if options.dims == Some(0) {
             return Err(Error::invalid("dims must be >= 1"));
         }
-        let created = match dir {
-            Some(d) => prepare_dir(d, options)?,
-            None => false,
+        let Some(d) = dir else {
+            return Self::open_in(None, &mut None, options);
         };
-        let opened = Self::open_in(dir, options);
-        if let (Err(_), Some(d), true) = (&opened, dir, created) {
-            // a store that failed to come into being leaves nothing behind
+        let created = prepare_dir(d, options)?;
+        let lock = match take_lock(d) {
+            Ok(lock) => lock,
+            Err(e) => {
+                if created && !matches!(e, Error::Locked(_)) {
+                    // nothing else is in it (the LOCK file could not be made), and an
+                    // empty directory is all a remove_dir removes
+                    let _ = fs::remove_dir(d);
+                }
+                return Err(e);
+            }
+        };
+        if options.rebuild_indexes {
+            for name in INDEX_DIRS {
+                let index = d.join(name);
+                if index.is_dir() {
+                    fs::remove_dir_all(&index)?;
+                }
+            }
+        }
+        let mut lock = Some(lock);
+        let opened = Self::open_in(Some(d), &mut lock, options);
+        if opened.is_err() && created {
+            // the lock is still held: no other process uses what is removed
             let _ = fs::remove_dir_all(d);
         }
+        drop(lock);
         opened
     }
 
-    fn open_in(dir: Option<&Path>, options: &Options) -> Result<Self> {
-        let lock = dir.map(take_lock).transpose()?;
+    /// Opens the store in `dir`, locked by `lock` (taken into the store once it is open).
+    fn open_in(dir: Option<&Path>, lock: &mut Option<File>, options: &Options) -> Result<Self> {
         let rows = RowStore::open(dir.map(|d| d.join("rows.redb")).as_deref())?;
         let snap = rows.snapshot()?;
         let stored_dims: Option<u64> = snap.meta("dims")?;
@@ -139,7 +189,7 @@ impl Engine {
         };
         let inner = Arc::new(Inner {
             dir: dir.map(Path::to_path_buf),
-            _lock: lock,
+            _lock: lock.take(),
             dims,
             metric,
             rows: RwLock::new(rows),

@@ -97,6 +97,7 @@ impl Tx<'_> {
         vector: VecChange,
     ) -> Result<()> {
         self.faults.check(FaultPoint::Write)?;
+        self.faults.panic_at(FaultPoint::WritePanic);
         let seq = self.next_seq();
         let moved = old.is_some_and(|o| o.namespace != col.namespace);
         let text_changed = payload.is_some() || moved || old.is_none();

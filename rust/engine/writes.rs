@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::tx::{build_row, metadata_hashes, validate_memory, validate_vector, Tx, VecChange};
 use super::Engine;
-use crate::error::{Error, Result};
+use crate::error::{check_every, uninterrupted, Error, Interrupt, Result};
 use crate::limits;
 use crate::rows::{to_memory, Col};
 use crate::types::{now_micros, Memory, MemoryPatch, Micros, NewMemory, Tier};
@@ -14,11 +14,25 @@ use crate::types::{now_micros, Memory, MemoryPatch, Micros, NewMemory, Tier};
 impl Engine {
     /// Inserts or replaces memories atomically; returns, per row, whether it was an insert.
     pub fn upsert_many(&self, memories: Vec<NewMemory>) -> Result<Vec<bool>> {
+        self.upsert_many_interruptible(memories, &uninterrupted())
+    }
+
+    /// [`Self::upsert_many`], asking `interrupt` between chunks of rows until the commit: once
+    /// it stops the call, nothing of the batch is stored (the group it joined fails, and its
+    /// other writers are told nothing of theirs was stored either). After the commit, the
+    /// call runs to its end (the rows are stored).
+    pub fn upsert_many_interruptible(
+        &self,
+        memories: Vec<NewMemory>,
+        interrupt: &Interrupt,
+    ) -> Result<Vec<bool>> {
         let dims = self.dims()?;
         // checked and split into stored halves before the write joins a group
         let rows = memories
             .into_iter()
-            .map(|m| {
+            .enumerate()
+            .map(|(i, m)| {
+                check_every(interrupt, i)?;
                 validate_memory(&m.memory)?;
                 if let Some(v) = &m.embedding {
                     validate_vector(v, dims)?;
@@ -27,10 +41,12 @@ impl Engine {
                 Ok((col, payload, m.unstamped, m.embedding))
             })
             .collect::<Result<Vec<_>>>()?;
+        let interrupt = interrupt.clone();
         self.submit(move |tx: &mut Tx<'_>| {
             // validate the whole batch before writing any of it
             let mut seen: HashMap<&str, &str> = HashMap::new();
-            for (col, ..) in &rows {
+            for (i, (col, ..)) in rows.iter().enumerate() {
+                check_every(&interrupt, i)?;
                 let (id, ns) = (col.id.as_str(), col.namespace.as_str());
                 let owner = match seen.get(id) {
                     Some(o) => Some((*o).to_owned()),
@@ -48,7 +64,8 @@ impl Engine {
             }
             let now = now_micros();
             let mut inserted = Vec::with_capacity(rows.len());
-            for (mut col, payload, unstamped, embedding) in rows {
+            for (i, (mut col, payload, unstamped, embedding)) in rows.into_iter().enumerate() {
+                check_every(&interrupt, i)?;
                 let old = match tx.batch.rid(&col.id)? {
                     Some(rid) => tx.batch.col(rid)?.map(|c| (rid, c)),
                     None => None,

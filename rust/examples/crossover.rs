@@ -122,6 +122,7 @@ fn main() {
         dims: Some(dims),
         metric: Some(Metric::Cos),
         tuning,
+        ..Options::default()
     };
     let t = Instant::now();
     if !dir.join("rows.redb").exists() {

@@ -4,19 +4,22 @@
 //!   scores it with tantivy's `Bm25Weight` over the combined statistics (see `stats`, the same
 //!   field-norm quantisation), so its score is the one it will have once folded into tantivy.
 //! - A document here supersedes the committed document of its row: the search skips the
-//!   latter.
+//!   latter, and the statistics leave it out ([`Delta::shadowed`]), as they do the committed
+//!   document of a row deleted here.
 //! - The delta and the committed segments searched beside it change together: a reload swaps
 //!   in the segments that now hold the folded documents and a delta without them, in one step
 //!   under the delta's lock ([`Delta::split_after`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-use tantivy::Searcher;
+use tantivy::schema::Field;
+use tantivy::{DocId, Searcher};
 
 use super::analysis::analyzer;
-use super::stats::Dropped;
+use super::stats::{committed_doc, norm, Shadowed};
 use super::Doc;
+use crate::error::Result;
 
 /// An uncommitted document, analysed.
 pub(super) struct DeltaDoc {
@@ -37,29 +40,87 @@ pub(super) struct Delta {
     pub(super) docs: HashMap<u64, DeltaDoc>,
     /// term -> (rid -> term frequency)
     pub(super) postings: HashMap<String, HashMap<u64, u32>>,
+    /// Summed field norms of `docs` (see `stats`).
     pub(super) tokens: u64,
     pub(super) oldest: Option<Instant>,
-    /// Statistics of the documents in the segments tantivy dropped (see [`Dropped`]).
-    pub(super) dropped: Dropped,
+    /// Summed field norms of the alive documents of the searched segments.
+    pub(super) committed_tokens: u64,
+    /// The rows changed here (a new document or a delete), at their latest sequence.
+    changed: HashMap<u64, u64>,
+    /// The committed documents, alive in the searched segments, of rows in `changed`: no
+    /// longer live, left out of the statistics.
+    pub(super) shadowed: HashMap<u64, Shadowed>,
+    /// The shadowed documents by segment (its index in the searcher), in order.
+    pub(super) shadowed_docs: BTreeMap<u32, BTreeSet<DocId>>,
+    /// The `rid` and `text` fields.
+    fields: (Field, Field),
 }
 
 impl Delta {
-    /// An empty delta beside the committed segments `searcher` sees.
-    pub(super) fn new(searcher: Searcher) -> Self {
+    /// An empty delta beside the committed segments `searcher` sees, whose alive documents'
+    /// field norms sum to `committed_tokens`; `fields`: the `rid` and `text` fields.
+    pub(super) fn new(searcher: Searcher, committed_tokens: u64, fields: (Field, Field)) -> Self {
         Self {
             searcher,
             docs: HashMap::new(),
             postings: HashMap::new(),
             tokens: 0,
             oldest: None,
-            dropped: Dropped::default(),
+            committed_tokens,
+            changed: HashMap::new(),
+            shadowed: HashMap::new(),
+            shadowed_docs: BTreeMap::new(),
+            fields,
         }
+    }
+
+    /// Live documents: the committed ones alive and not shadowed, and the delta's.
+    pub(super) fn num_docs(&self) -> u64 {
+        (self.searcher.num_docs() + self.docs.len() as u64)
+            .saturating_sub(self.shadowed.len() as u64)
+    }
+
+    /// Notes a change of row `rid` at changelog sequence `seq` (its committed document, if
+    /// alive in the searched segments, is shadowed from now on) and enters its new document
+    /// (None: a delete).
+    pub(super) fn change(&mut self, rid: u64, doc: Option<Doc>, seq: u64) -> Result<()> {
+        let at = self.changed.entry(rid).or_default();
+        *at = (*at).max(seq);
+        if !self.shadowed.contains_key(&rid) {
+            self.shadow(rid)?;
+        }
+        match doc {
+            Some(d) => self.insert(rid, d, seq),
+            None => self.remove(rid),
+        }
+        Ok(())
+    }
+
+    /// Finds again the committed documents the changed rows shadow, once the searched
+    /// segments changed (a fold, a merge): `searcher`, whose alive documents' field norms sum
+    /// to `committed_tokens`.
+    pub(super) fn searching(&mut self, searcher: Searcher, committed_tokens: u64) -> Result<()> {
+        self.searcher = searcher;
+        self.committed_tokens = committed_tokens;
+        self.shadowed.clear();
+        self.shadowed_docs.clear();
+        let rids: Vec<u64> = self.changed.keys().copied().collect();
+        rids.into_iter().try_for_each(|rid| self.shadow(rid))
+    }
+
+    /// Shadows the committed document of row `rid`, if one is alive in the searched segments.
+    fn shadow(&mut self, rid: u64) -> Result<()> {
+        if let Some(s) = committed_doc(&self.searcher, self.fields, rid)? {
+            self.shadowed.insert(rid, s);
+            self.shadowed_docs.entry(s.seg).or_default().insert(s.doc);
+        }
+        Ok(())
     }
 
     /// Removes row `rid`'s document, if the delta holds one.
     pub(super) fn remove(&mut self, rid: u64) {
         if let Some(d) = self.docs.remove(&rid) {
-            self.tokens -= u64::from(d.tokens);
+            self.tokens -= norm(d.tokens);
             for (t, _) in d.terms {
                 if let Some(p) = self.postings.get_mut(&t) {
                     p.remove(&rid);
@@ -73,7 +134,7 @@ impl Delta {
 
     /// Analyses and enters row `rid`'s document, changed at changelog sequence `seq`,
     /// replacing the one the delta held.
-    pub(super) fn insert(&mut self, rid: u64, doc: &Doc, seq: u64) {
+    pub(super) fn insert(&mut self, rid: u64, doc: Doc, seq: u64) {
         self.remove(rid);
         let mut analyzer = analyzer();
         let mut stream = analyzer.token_stream(&doc.text);
@@ -84,7 +145,7 @@ impl Delta {
             *freqs.entry(stream.token().text.clone()).or_default() += 1;
         }
         let analysed = DeltaDoc {
-            ns: doc.namespace.clone(),
+            ns: doc.namespace,
             version: doc.version,
             seq,
             tokens,
@@ -99,17 +160,23 @@ impl Delta {
         for (t, f) in &doc.terms {
             self.postings.entry(t.clone()).or_default().insert(rid, *f);
         }
-        self.tokens += u64::from(doc.tokens);
+        self.tokens += norm(doc.tokens);
         self.docs.insert(rid, doc);
     }
 
-    /// Takes out what a fold up to changelog sequence `seq` leaves: the documents of later
-    /// changes (those written while it committed, usually a few) and the dropped segments'
-    /// statistics, in a new delta searching the same segments. Cheap enough to run under the
-    /// delta's lock: the folded documents stay in `self`, freed after the lock is let go.
+    /// Takes out what a fold up to changelog sequence `seq` leaves: the documents and row
+    /// changes of later changes (those written while it committed, usually a few), in a new
+    /// delta searching the same segments (the caller then swaps in the new ones, see
+    /// [`Self::searching`]). Cheap enough to run under the delta's lock: the folded documents
+    /// stay in `self`, freed after the lock is let go.
     pub(super) fn split_after(&mut self, seq: u64) -> Self {
-        let mut rest = Self::new(self.searcher.clone());
-        rest.dropped = std::mem::take(&mut self.dropped);
+        let mut rest = Self::new(self.searcher.clone(), self.committed_tokens, self.fields);
+        rest.changed = self
+            .changed
+            .iter()
+            .filter(|(_, s)| **s > seq)
+            .map(|(r, s)| (*r, *s))
+            .collect();
         for (rid, doc) in self.docs.iter().filter(|(_, d)| d.seq > seq) {
             let kept = DeltaDoc {
                 ns: doc.ns.clone(),

@@ -4,8 +4,8 @@
 //!   they reach as the commit payload, reloads the reader and drops the folded documents from
 //!   the delta, on a size/time threshold ([`FOLD_DOCS`], [`FOLD_AGE`]) or when asked.
 //! - A reload swaps the searched segments and the delta together, under the delta's lock held
-//!   only for the swap: the new segments are opened and the statistics of the dropped ones
-//!   read before it, so writes and searches never wait for them.
+//!   only for the swap: the new segments are opened and their alive documents' lengths summed
+//!   before it, so writes and searches never wait for them.
 //! - A failed tick is counted in `failures` (not only logged); the changes stay in the delta,
 //!   searched, and the next tick retries.
 
@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 
 use tantivy::columnar::Column;
 use tantivy::index::SegmentId;
-use tantivy::schema::IndexRecordOption;
-use tantivy::{DocSet, Searcher, SegmentReader, Term, TERMINATED};
+use tantivy::SegmentReader;
 
-use super::stats::Dropped;
+use super::stats::alive_tokens;
 use super::writer::Writer;
 use super::{kw_err, Shared};
 use crate::error::Result;
@@ -29,14 +28,6 @@ const FOLD_AGE: Duration = Duration::from_secs(1);
 
 /// The `rid` and `ver` fast-field columns of one segment.
 pub(super) type Columns = (Column<u64>, Column<u64>);
-
-/// What a commit folded into the segments: the changes up to changelog sequence `seq`;
-/// `cleared`: it dropped every earlier segment (a rebuild), with their statistics.
-#[derive(Clone, Copy)]
-pub(super) struct Folded {
-    seq: u64,
-    cleared: bool,
-}
 
 impl Shared {
     /// Hands the queued changes to the writer, in order.
@@ -52,7 +43,7 @@ impl Shared {
     /// Commits buffered and queued changes (if any), reloads the reader and drops the folded
     /// delta.
     pub(super) fn fold(&self) -> Result<()> {
-        let (seq, cleared) = {
+        let seq = {
             let mut w = self.writer.lock();
             self.flush_pending(&mut w)?;
             if !w.dirty {
@@ -69,101 +60,46 @@ impl Shared {
             w.committed = seq;
             w.committed_at = Instant::now();
             w.idle_merged = false;
-            (seq, std::mem::take(&mut w.cleared))
+            seq
         };
-        self.reload(Some(Folded { seq, cleared }))
+        self.reload(Some(seq))
     }
 
     /// Reloads the reader and publishes its segments to searches together with the delta
-    /// without what was `folded` into them (None: a merge, the documents are the same),
-    /// keeping the statistics of the segments tantivy dropped (see [`Dropped`]); forgets the
-    /// columns of segments no longer searched.
+    /// without the changes up to changelog sequence `folded` (None: a merge, the documents are
+    /// the same); forgets the columns of segments no longer searched.
     ///
-    /// Opening the new segments and reading the statistics of the gone ones (a walk of their
-    /// terms) happen before the delta is locked, so writes (which put their documents in the
-    /// delta) and searches never wait for them: the lock is held only to swap. Done under the
-    /// lock, reloads held a single write for 64-137 ms in each of 4 runs of `bench_vector`'s
-    /// writes across a checkpoint (100k rows, loaded 2-core machine; the median write took
-    /// 4 ms); done before it, no write waited for one in 4 runs alternated with those. Removing
-    /// the folded documents one by one under the lock still held a write for 8-19 ms at a fold
-    /// of ~2,000 documents (quiet machine, median write 0.45 ms): the delta is now swapped for
-    /// one holding only the later documents ([`Delta::split_after`]).
-    pub(super) fn reload(&self, folded: Option<Folded>) -> Result<()> {
+    /// Opening the new segments and summing their alive documents' lengths happen before the
+    /// delta is locked, so writes (which put their documents in the delta) and searches never
+    /// wait for them: the lock is held only to swap (and to find the few committed documents
+    /// the delta's later changes shadow). Done under the lock, reloads held a single write for
+    /// 64-137 ms in each of 4 runs of `bench_vector`'s writes across a checkpoint (100k rows,
+    /// loaded 2-core machine; the median write took 4 ms); done before it, no write waited for
+    /// one in 4 runs alternated with those. Removing the folded documents one by one under the
+    /// lock still held a write for 8-19 ms at a fold of ~2,000 documents (quiet machine,
+    /// median write 0.45 ms): the delta is now swapped for one holding only the later
+    /// documents ([`super::delta::Delta::split_after`]).
+    pub(super) fn reload(&self, folded: Option<u64>) -> Result<()> {
         let _one = self.reloading.lock();
-        let before = self.delta.read().searcher.clone();
         self.reader.reload().map_err(|e| kw_err("reload", e))?;
         let after = self.reader.searcher();
+        let tokens = alive_tokens(&after, self.fields.text)?;
         let live: HashSet<SegmentId> = after
             .segment_readers()
             .iter()
             .map(SegmentReader::segment_id)
             .collect();
-        let gone: Vec<&SegmentReader> = before
-            .segment_readers()
-            .iter()
-            .filter(|s| !live.contains(&s.segment_id()))
-            .collect();
-        let mut merged = false;
-        for seg in &gone {
-            merged = merged || self.merged_away(seg, &after)?;
-        }
-        let mut dropped = Dropped::default();
-        if !merged {
-            for seg in gone {
-                dropped.add(seg, self.fields.text, self.fields.ns)?;
-            }
-        }
         let mut delta = self.delta.write();
-        let old = folded.map(|f| {
-            let rest = delta.split_after(f.seq);
+        let old = folded.map(|seq| {
+            let rest = delta.split_after(seq);
             std::mem::replace(&mut *delta, rest)
         });
-        delta.searcher = after;
-        if merged || folded.is_some_and(|f| f.cleared) {
-            // a merge purged deleted documents: scores change now whatever is kept (and a
-            // rebuild's commit keeps none of the segments it cleared)
-            delta.dropped = Dropped::default();
-        } else {
-            delta.dropped.merge(dropped);
-        }
+        let swapped = delta.searching(after, tokens);
         drop(delta);
         // the folded documents (thousands of allocations) are freed with no lock held
         drop(old);
         self.columns.lock().retain(|id, _| live.contains(id));
-        Ok(())
-    }
-
-    /// Whether segment `seg`, gone from the reader, was merged into one of `after`'s
-    /// segments (rather than dropped by tantivy with all its documents deleted): a document
-    /// alive in it is still in `after`, alive or deleted (the same row id and version).
-    fn merged_away(&self, seg: &SegmentReader, after: &Searcher) -> Result<bool> {
-        let Some(doc) = seg.doc_ids_alive().next() else {
-            return Ok(false);
-        };
-        let (rids, vers) = self.columns(seg)?;
-        let (Some(rid), Some(ver)) = (rids.first(doc), vers.first(doc)) else {
-            return Ok(false);
-        };
-        let term = Term::from_field_u64(self.fields.rid, rid);
-        for s in after.segment_readers() {
-            let index = s
-                .inverted_index(self.fields.rid)
-                .map_err(|e| kw_err("segment", e))?;
-            let postings = index
-                .read_postings(&term, IndexRecordOption::Basic)
-                .map_err(|e| kw_err("segment", e))?;
-            let Some(mut postings) = postings else {
-                continue;
-            };
-            let (_, vers) = self.columns(s)?;
-            while postings.doc() != TERMINATED {
-                if vers.first(postings.doc()) == Some(ver) {
-                    return Ok(true);
-                }
-                postings.advance();
-            }
-        }
-        Ok(false)
+        swapped
     }
 
     /// The `rid` and `ver` columns of a segment.

@@ -4,9 +4,8 @@
 //! - Every search visits each segment, so once no write has come for [`IDLE_MERGE_AFTER`] the
 //!   segments are merged into one, leaving out the largest while the others are small beside
 //!   it (trickling writes rewrite the bulk of the index only once they add a quarter of it).
-//! - A merge keeps the documents (scores change only because it purges deleted ones): the
-//!   reader picks merged segments up with no delta to drop, and the statistics of dropped
-//!   segments are forgotten then (see `stats`).
+//! - A merge keeps the live documents (and so every score, see `stats`): the reader picks
+//!   merged segments up with no delta to drop.
 
 use std::collections::HashSet;
 use std::future::Future;

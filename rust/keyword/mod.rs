@@ -7,7 +7,7 @@
 //! - `open`: opening an index, checked whole, or rebuilding it;
 //! - `writer`: changes queued for, and buffered in, the tantivy writer;
 //! - `delta`: the uncommitted documents, searchable at once;
-//! - `stats`: BM25 statistics across segments, delta and dropped segments;
+//! - `stats`: BM25 statistics of the live documents, across segments and delta;
 //! - `scope`: those statistics over the namespaces a search covers;
 //! - `heaps`: the top-k of each namespace and the pruning threshold;
 //! - `search`: the query, and the walk over delta and segments;
@@ -138,11 +138,8 @@ impl KeywordIndex {
         // the queue finds its document in the delta, and drops it after the commit (were the
         // document entered after that, it would stay in the delta, counted twice)
         let mut delta = self.shared.delta.write();
+        delta.change(rid, doc, seq)?;
         self.shared.pending.lock().push((rid, td), seq);
-        match doc {
-            Some(d) => delta.insert(rid, &d, seq),
-            None => delta.remove(rid),
-        }
         if delta.docs.len() >= FOLD_DOCS {
             self.shared.wake.notify_one();
         }
@@ -166,11 +163,11 @@ impl KeywordIndex {
         Committer(Arc::clone(&self.shared))
     }
 
-    /// Number of documents (committed, alive) plus uncommitted ones in the delta.
+    /// Number of live documents: the committed ones alive and not replaced or deleted since,
+    /// plus the uncommitted ones in the delta (one per row holding text).
     #[must_use]
     pub fn num_docs(&self) -> u64 {
-        let delta = self.shared.delta.read();
-        delta.searcher.num_docs() + delta.docs.len() as u64
+        self.shared.delta.read().num_docs()
     }
 
     /// Number of committed segments a search visits (merges bring it down when writes pause).

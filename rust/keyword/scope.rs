@@ -4,20 +4,20 @@
 //! own facts) then weighs nearly nothing there, however rare it is in the rest of the index;
 //! and no tenant's rows move another tenant's scores.
 //!
-//! Counted as the corpus-wide statistics are (`stats`): committed documents, deleted ones
-//! included until a merge, plus the delta's, plus the dropped segments' (counted per
-//! namespace when tantivy drops them), so a row's score still does not change when it is
-//! folded. When the namespaces hold every document the corpus-wide statistics are used as
-//! they are.
+//! Counted as the corpus-wide statistics are (`stats`), over the live documents only: the
+//! namespaces' committed documents alive and not shadowed by a newer change in the delta,
+//! plus the delta's documents of those namespaces. So a score still depends on the live rows
+//! alone, not on folds, merges or reopens. When the namespaces hold every document the
+//! corpus-wide statistics are used as they are.
 
 use std::collections::HashMap;
 
 use tantivy::query::Bm25StatisticsProvider;
 use tantivy::schema::{Field, IndexRecordOption};
-use tantivy::{DocSet, SegmentReader, Term, TERMINATED};
+use tantivy::{DocSet, Term, TERMINATED};
 
 use super::kw_err;
-use super::stats::{Combined, Counts};
+use super::stats::Combined;
 use crate::error::Result;
 
 /// The statistics of a search over some namespaces.
@@ -47,17 +47,9 @@ impl<'a> Scoped<'a> {
             .map(|n| Term::from_field_text(ns, n))
             .collect();
         let in_scope = |d: &str| namespaces.contains(&d);
-        let dropped: Vec<&Counts> = namespaces
-            .iter()
-            .filter_map(|n| all.delta.dropped.namespaces.get(*n))
-            .collect();
-        let mut docs = all.delta.docs.values().filter(|d| in_scope(&d.ns)).count() as u64
-            + dropped.iter().map(|c| c.docs).sum::<u64>();
+        let mut docs = all.delta.docs.values().filter(|d| in_scope(&d.ns)).count() as u64;
         for name in &names {
-            docs += all
-                .searcher
-                .doc_freq(name)
-                .map_err(|e| kw_err("stats", e))?;
+            docs += all.live_committed(name).map_err(|e| kw_err("stats", e))?;
         }
         let total = Bm25StatisticsProvider::total_num_docs(&all).map_err(|e| kw_err("stats", e))?;
         if docs == 0 || docs >= total {
@@ -70,8 +62,7 @@ impl<'a> Scoped<'a> {
                     .filter(|rid| all.delta.docs.get(rid).is_some_and(|d| in_scope(&d.ns)))
                     .count() as u64
             });
-            let gone: u64 = dropped.iter().filter_map(|c| c.doc_freqs.get(text)).sum();
-            doc_freqs.insert(term.clone(), delta + gone + all.joint_docs(term, &names)?);
+            doc_freqs.insert(term.clone(), delta + all.joint_docs(term, &names)?);
         }
         let tokens = Bm25StatisticsProvider::total_num_tokens(&all, all.text)
             .map_err(|e| kw_err("stats", e))?;
@@ -95,10 +86,15 @@ impl<'a> Scoped<'a> {
 }
 
 impl Combined<'_> {
-    /// Committed documents (deleted ones included) holding `term` and one of `names`.
+    /// Live committed documents (alive, not shadowed) holding `term` and one of `names`.
     fn joint_docs(&self, term: &Term, names: &[Term]) -> Result<u64> {
         let mut n = 0u64;
-        for seg in self.searcher.segment_readers() {
+        for (i, seg) in (0u32..).zip(self.searcher.segment_readers()) {
+            let alive = seg.alive_bitset();
+            let shadowed = self.delta.shadowed_docs.get(&i);
+            let live = |doc| {
+                alive.is_none_or(|a| a.is_alive(doc)) && shadowed.is_none_or(|s| !s.contains(&doc))
+            };
             let words = seg
                 .inverted_index(self.text)
                 .map_err(|e| kw_err("stats", e))?;
@@ -127,7 +123,7 @@ impl Combined<'_> {
                         break;
                     }
                     if other == doc {
-                        n += 1;
+                        n += u64::from(live(doc));
                         doc = a.advance();
                     } else {
                         doc = a.seek(other);
@@ -153,54 +149,14 @@ impl Bm25StatisticsProvider for Scoped<'_> {
         }
     }
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        match self.scope.as_ref().and_then(|s| s.doc_freqs.get(term)) {
-            Some(n) => Ok(*n),
+        match &self.scope {
             None => self.all.doc_freq(term),
+            Some(s) => match s.doc_freqs.get(term) {
+                Some(n) => Ok(*n),
+                // namespace and tag terms score 0: counted over the index, kept within the
+                // namespaces' document count as BM25 requires
+                None => Ok(self.all.doc_freq(term)?.min(s.docs)),
+            },
         }
     }
-}
-
-/// The statistics of segment `seg` per namespace (all its documents, deleted ones included):
-/// its text in field `text`, its namespaces in field `ns`.
-pub(super) fn per_namespace(
-    seg: &SegmentReader,
-    text: Field,
-    ns: Field,
-) -> Result<HashMap<String, Counts>> {
-    // each document's namespace (an index into `names`)
-    let mut names: Vec<String> = Vec::new();
-    let mut of_doc: Vec<Option<usize>> = vec![None; seg.max_doc() as usize];
-    let spaces = seg.inverted_index(ns).map_err(|e| kw_err("segment", e))?;
-    let mut terms = spaces.terms().stream().map_err(|e| kw_err("segment", e))?;
-    while terms.advance() {
-        let mut postings = spaces
-            .read_postings_from_terminfo(terms.value(), IndexRecordOption::Basic)
-            .map_err(|e| kw_err("segment", e))?;
-        names.push(String::from_utf8_lossy(terms.key()).into_owned());
-        let mut doc = postings.doc();
-        while doc != TERMINATED {
-            of_doc[doc as usize] = Some(names.len() - 1);
-            doc = postings.advance();
-        }
-    }
-    let mut counts: Vec<Counts> = names.iter().map(|_| Counts::default()).collect();
-    for n in of_doc.iter().flatten() {
-        counts[*n].docs += 1;
-    }
-    let words = seg.inverted_index(text).map_err(|e| kw_err("segment", e))?;
-    let mut terms = words.terms().stream().map_err(|e| kw_err("segment", e))?;
-    while terms.advance() {
-        let term = String::from_utf8_lossy(terms.key()).into_owned();
-        let mut postings = words
-            .read_postings_from_terminfo(terms.value(), IndexRecordOption::Basic)
-            .map_err(|e| kw_err("segment", e))?;
-        let mut doc = postings.doc();
-        while doc != TERMINATED {
-            if let Some(n) = of_doc[doc as usize] {
-                *counts[n].doc_freqs.entry(term.clone()).or_default() += 1;
-            }
-            doc = postings.advance();
-        }
-    }
-    Ok(names.into_iter().zip(counts).collect())
 }

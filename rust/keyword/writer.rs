@@ -31,9 +31,6 @@ pub(super) struct Writer {
     pub(super) idle_merged: bool,
     /// The idle merge started last, until it completes.
     pub(super) idle_merge: Option<FutureResult<Option<SegmentMeta>>>,
-    /// Every document was deleted (a rebuild) and not committed yet: the segments the next
-    /// commit drops are not kept in the statistics (see `stats::Dropped`).
-    pub(super) cleared: bool,
 }
 
 impl Writer {
@@ -48,7 +45,6 @@ impl Writer {
             committed_at: Instant::now(),
             idle_merged: false,
             idle_merge: None,
-            cleared: fresh,
         }
     }
 

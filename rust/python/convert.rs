@@ -19,7 +19,7 @@ fn invalid(py: Python<'_>, msg: String) -> PyErr {
 }
 
 /// A dict key, made once per process (`intern!`): a lookup with a `&str` key builds and
-/// hashes a new string each time (21 per row written, 17 per filter).
+/// hashes a new string each time (21 per row written, 15 per filter).
 macro_rules! key {
     ($d:expr, $name:expr) => {
         intern!($d.py(), $name)
@@ -242,35 +242,89 @@ macro_rules! memory_io {
 
 crate::for_memory_fields!(memory_io);
 
-/// A filter-spec dict -> `FilterSpec`.
-pub fn filter(d: &Bound<'_, PyDict>) -> PyResult<FilterSpec> {
-    let py = d.py();
-    let tiers: Vec<String> = field(d, key!(d, "tiers"))?.unwrap_or_default();
-    let levels: Vec<Option<String>> = field(d, key!(d, "levels"))?.unwrap_or_default();
-    let sort_key: Option<String> = field(d, key!(d, "sort_key"))?;
-    Ok(FilterSpec {
-        tiers: tiers.iter().map(|t| tier(py, t)).collect::<PyResult<_>>()?,
-        levels: levels
-            .into_iter()
-            .map(|l| level(py, l))
-            .collect::<PyResult<_>>()?,
-        tags: field(d, key!(d, "tags"))?.unwrap_or_default(),
-        metadata: field(d, key!(d, "metadata"))?.unwrap_or_default(),
-        exclude_metadata: field(d, key!(d, "exclude_metadata"))?.unwrap_or_default(),
-        exclude_ids: field(d, key!(d, "exclude_ids"))?.unwrap_or_default(),
-        include_expired: field(d, key!(d, "include_expired"))?.unwrap_or(false),
-        include_superseded: field(d, key!(d, "include_superseded"))?.unwrap_or(false),
-        now: req(d, key!(d, "now"))?,
-        as_of: field(d, key!(d, "as_of"))?,
-        memory_types: field(d, key!(d, "memory_types"))?.unwrap_or_default(),
-        created_after: field(d, key!(d, "created_after"))?,
-        accessed_after: field(d, key!(d, "accessed_after"))?,
-        sort_key: sort_key
-            .map(|s| SortKey::parse(&s).map_err(|e| invalid(py, e.to_string())))
-            .transpose()?,
-        sort_asc: field(d, key!(d, "sort_asc"))?.unwrap_or(false),
+/// The string enums cross as their values (`"semantic"`), parsed by the core, whose error
+/// names the allowed values.
+macro_rules! str_enum_from_py {
+    ($($t:ty),*) => {$(
+        impl<'py> FromPyObject<'_, 'py> for $t {
+            type Error = PyErr;
+
+            fn extract(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+                Self::parse(obj.cast::<PyString>()?.to_str()?).map_err(|e| to_py(obj.py(), e))
+            }
+        }
+    )*};
+}
+
+str_enum_from_py!(Tier, Level, SortKey);
+
+/// One key of a filter-spec dict, which must be present (None only where the type is an
+/// `Option`): a spec with a key missing was not made by `memini._convert.filter_to_spec`,
+/// and a default here would silently widen what the caller selects.
+fn spec_key<'py, T: FromPyObjectOwned<'py>>(
+    d: &Bound<'py, PyDict>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<T> {
+    let Some(v) = d.get_item(key)? else {
+        return Err(invalid(
+            d.py(),
+            format!(
+                "filter spec is missing the key {:?} (make the spec with \
+                 memini._convert.filter_to_spec)",
+                key.to_string()
+            ),
+        ));
+    };
+    v.extract::<T>().map_err(|e| {
+        let e: PyErr = e.into();
+        let why = e.value(d.py()).to_string();
+        invalid(
+            d.py(),
+            format!("filter spec key {:?}: {why}", key.to_string()),
+        )
     })
 }
+
+/// The error for a filter-spec dict with keys no field has (called once every field's key
+/// was found in a dict with more keys than `keys`), naming them.
+fn unknown_spec_keys(d: &Bound<'_, PyDict>, keys: &[&str]) -> PyErr {
+    let unknown: Vec<String> = d
+        .keys()
+        .iter()
+        .filter(|k| !matches!(k.extract::<&str>(), Ok(k) if keys.contains(&k)))
+        .map(|k| k.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string()))
+        .collect();
+    invalid(
+        d.py(),
+        format!(
+            "filter spec has unknown key(s) {} (its keys are: {}; make the spec with \
+             memini._convert.filter_to_spec)",
+            unknown.join(", "),
+            keys.join(", ")
+        ),
+    )
+}
+
+/// A filter-spec dict -> `FilterSpec`, derived from `for_filter_fields!`: the dict has
+/// exactly the fields' keys; a missing or unknown one is refused, naming it.
+macro_rules! filter_io {
+    ($( $(#[$doc:meta])* $name:ident : $ty:ty; )*) => {
+        /// A filter-spec dict -> `FilterSpec`.
+        pub fn filter(d: &Bound<'_, PyDict>) -> PyResult<FilterSpec> {
+            const KEYS: &[&str] = &[$( stringify!($name) ),*];
+            let spec = FilterSpec {
+                $( $name: spec_key(d, key!(d, stringify!($name)))?, )*
+            };
+            if d.len() == KEYS.len() {
+                Ok(spec)
+            } else {
+                Err(unknown_spec_keys(d, KEYS))
+            }
+        }
+    };
+}
+
+crate::for_filter_fields!(filter_io);
 
 /// The Python objects results are made of, looked up once per process.
 struct Classes {

@@ -3,7 +3,7 @@
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 
-use super::errors::run;
+use super::errors::{run, run_interruptible};
 use crate::embed::{BertConfig, LocalModel};
 
 /// A loaded all-MiniLM-L6-v2: `embed` runs tokenization and the forward pass without the GIL.
@@ -42,7 +42,7 @@ impl PyLocalModel {
         batch: usize,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let n = texts.len();
-        let out = run(py, || self.inner.embed(&texts, batch))?;
+        let out = run_interruptible(py, |interrupt| self.inner.embed(&texts, batch, interrupt))?;
         PyArray1::from_vec(py, out).reshape([n, self.inner.dims()])
     }
 }

@@ -7,10 +7,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::convert;
-use super::errors::{run, to_py};
+use super::errors::{run, run_interruptible, to_py};
 use super::spawn::{spawn, Completions, Reply};
 use crate::engine::{Engine, FaultPoint, Options, RecallQuery, Source};
-use crate::error::Error;
+use crate::error::{Error, INTERRUPT_EVERY};
 use crate::types::{Metric, Micros, Tier};
 
 /// The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL.
@@ -38,12 +38,13 @@ fn tiers<'py>(py: Python<'py>, ts: Vec<Tier>) -> PyResult<Bound<'py, PyList>> {
 #[pymethods]
 impl PyEngine {
     #[new]
-    #[pyo3(signature = (path, dims, metric))]
+    #[pyo3(signature = (path, dims, metric, *, rebuild_indexes = false))]
     fn new(
         py: Python<'_>,
         path: Option<PathBuf>,
         dims: Option<i64>,
         metric: Option<String>,
+        rebuild_indexes: bool,
     ) -> PyResult<Self> {
         let dims = match dims {
             Some(d) if d < 1 => {
@@ -66,6 +67,7 @@ impl PyEngine {
                 &Options {
                     dims,
                     metric,
+                    rebuild_indexes,
                     ..Options::default()
                 },
             )
@@ -117,11 +119,16 @@ impl PyEngine {
     }
 
     fn upsert_many(&self, py: Python<'_>, rows: Vec<Bound<'_, PyDict>>) -> PyResult<Vec<bool>> {
-        let ms = rows
-            .iter()
-            .map(convert::new_memory)
-            .collect::<PyResult<Vec<_>>>()?;
-        run(py, || self.engine.upsert_many(ms))
+        let mut ms = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            if i.is_multiple_of(INTERRUPT_EVERY) {
+                py.check_signals()?;
+            }
+            ms.push(convert::new_memory(row)?);
+        }
+        run_interruptible(py, |interrupt| {
+            self.engine.upsert_many_interruptible(ms, interrupt)
+        })
     }
 
     fn update<'py>(

@@ -8,13 +8,14 @@
 //! `OSError` of that errno as its `__cause__`, so Python callers tell them apart too.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-use crate::error::Error;
+use crate::error::{Error, Interrupt};
 
 /// The `memini.errors` classes the core's errors become.
 struct Classes {
@@ -84,6 +85,33 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
 /// Runs `f` without the GIL; errors and panics become `memini.errors` exceptions.
 pub fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> crate::Result<T> + Send) -> PyResult<T> {
     outcome(py, py.detach(|| catch_unwind(AssertUnwindSafe(f))))
+}
+
+/// [`run`] for long calls: `f` gets an [`Interrupt`] that takes the GIL back briefly to run
+/// Python's signal handlers (they run on the main thread only), so Ctrl-C stops the call at
+/// its next check and raises what the handler raised (`KeyboardInterrupt`).
+pub fn run_interruptible<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce(&Interrupt) -> crate::Result<T> + Send,
+) -> PyResult<T> {
+    let raised: Arc<parking_lot::Mutex<Option<PyErr>>> = Arc::default();
+    let seen = Arc::clone(&raised);
+    #[allow(
+        clippy::redundant_closure_for_method_calls,
+        reason = "Python::check_signals itself is not general enough over the lifetime"
+    )]
+    let interrupt: Interrupt = Arc::new(move || {
+        Python::attach(|py| py.check_signals()).map_err(|e| {
+            *seen.lock() = Some(e);
+            Error::Interrupted
+        })
+    });
+    let done = py.detach(|| catch_unwind(AssertUnwindSafe(|| f(&interrupt))));
+    // a handler that raised consumed its signal: its exception is the call's outcome
+    if let Some(e) = raised.lock().take() {
+        return Err(e);
+    }
+    outcome(py, done)
 }
 
 /// The result of core work run under `catch_unwind`: its error or panic as a `memini.errors`

@@ -317,6 +317,76 @@ fn the_changelog_a_checkpoint_covered_is_dropped_by_the_next_write() {
     e.close().unwrap();
 }
 
+/// Keyword scores of every row for `q`, by id.
+fn keyword_scores(e: &Engine, q: &str) -> Vec<(String, f64)> {
+    let mut s: Vec<(String, f64)> = e
+        .keyword_search("alice", q, &live(), 100)
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.memory.id, h.score))
+        .collect();
+    s.sort_by(|a, b| a.0.cmp(&b.0));
+    s
+}
+
+#[test]
+fn keyword_scores_survive_rewrites_folds_merges_and_reopens() {
+    // issue 33 item 18: the README quick start run twice scored its row 0.2877, then 0.1823
+    // (the replaced document still counted), and stats said 4 keyword docs for 2 rows
+    let dir = tempfile::tempdir().unwrap();
+    let rows = || {
+        vec![
+            mem("m1", "alice", "Alice prefers green tea", None),
+            mem("m2", "alice", "Bob drinks black coffee and tea", None),
+            mem("m3", "alice", "Carol likes cake", None),
+        ]
+    };
+    let e = Engine::open(Some(dir.path()), &opts(4)).unwrap();
+    e.upsert_many(rows()).unwrap();
+    let first = keyword_scores(&e, "tea preferences");
+    assert_eq!(first.len(), 2);
+    let same = |e: &Engine, when: &str| {
+        assert_eq!(keyword_scores(e, "tea preferences"), first, "{when}");
+        assert_eq!(e.stats().unwrap().keyword_docs, 3, "{when}");
+    };
+    e.upsert_many(rows()).unwrap();
+    same(&e, "rewritten in the delta");
+    e.close().unwrap();
+    let e = Engine::open(Some(dir.path()), &opts(4)).unwrap();
+    same(&e, "reopened");
+    e.upsert_many(rows()).unwrap();
+    same(&e, "rewritten after the reopen");
+    let patch = MemoryPatch {
+        content: Some("Carol likes cake".into()),
+        ..MemoryPatch::default()
+    };
+    e.update("alice", "m3", patch).unwrap();
+    same(&e, "updated");
+    // the keyword index folds its delta within a second or so of the last write
+    let fold = || std::thread::sleep(std::time::Duration::from_millis(1500));
+    fold();
+    same(&e, "folded");
+    e.upsert_many(rows()).unwrap();
+    fold();
+    same(&e, "rewritten and folded");
+    e.close().unwrap();
+    let e = Engine::open(Some(dir.path()), &opts(4)).unwrap();
+    same(&e, "reopened after the folds");
+    e.compact().unwrap();
+    same(&e, "compacted");
+    // a deleted row leaves the statistics at once, as if it had never been
+    e.delete("alice", "m3").unwrap();
+    assert_eq!(e.stats().unwrap().keyword_docs, 2);
+    let after_delete = keyword_scores(&e, "tea preferences");
+    e.close().unwrap();
+    let e = Engine::open(Some(dir.path()), &opts(4)).unwrap();
+    assert_eq!(keyword_scores(&e, "tea preferences"), after_delete);
+    let fresh = Engine::open(None, &opts(4)).unwrap();
+    fresh.upsert_many(rows()).unwrap();
+    fresh.delete("alice", "m3").unwrap();
+    assert_eq!(keyword_scores(&fresh, "tea preferences"), after_delete);
+}
+
 /// The message of an `InvalidArgument` refusal (anything else fails the test).
 fn invalid<T>(r: memini::Result<T>) -> String {
     match r {

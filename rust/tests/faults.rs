@@ -217,3 +217,47 @@ fn a_store_below_a_file_reports_not_a_directory() {
     let (err, kind) = open_error_kind(&file.join("store"));
     assert_eq!(kind, Some(std::io::ErrorKind::NotADirectory), "{err}");
 }
+
+/// Runs `f` on its own thread; None when it has not returned within 30 s (a hung write).
+fn within_30s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(30)).ok()
+}
+
+#[test]
+fn a_panic_while_leading_a_group_fails_only_that_group_and_later_writes_are_searchable() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Arc::new(open(dir.path()));
+    e.upsert_many(vec![mem("a", "n", "apple pie", Some(vector(1, 8)))])
+        .unwrap();
+    // a write that panics inside its group: the group fails, nothing of it is stored
+    e.inject_fault(FaultPoint::WritePanic, 1).unwrap();
+    let e2 = Arc::clone(&e);
+    let write = move || e2.upsert_many(vec![mem("b", "n", "banana bread", Some(vector(2, 8)))]);
+    let err = within_30s(write).expect("the write hung").unwrap_err();
+    assert!(
+        matches!(&err, Error::Storage(m) if m.contains("panicked") && m.contains("nothing")),
+        "{err}"
+    );
+    assert!(matches!(e.get("n", "b"), Err(Error::NotFound(_))));
+    // the leader panics applying a committed group: the index is rebuilt from the rows, and
+    // the write, stored, is acknowledged and searchable
+    e.inject_fault(FaultPoint::ApplyPanic, 1).unwrap();
+    let e2 = Arc::clone(&e);
+    let write = move || e2.upsert_many(vec![mem("c", "n", "cherry cake", Some(vector(3, 8)))]);
+    within_30s(write).expect("the write hung").unwrap();
+    // later writes neither hang nor fail
+    let e2 = Arc::clone(&e);
+    let write = move || e2.upsert_many(vec![mem("d", "n", "date loaf", Some(vector(4, 8)))]);
+    within_30s(write)
+        .expect("a write after the panics hung")
+        .unwrap();
+    for (id, seed, word) in [("a", 1, "apple"), ("c", 3, "cherry"), ("d", 4, "date")] {
+        assert_eq!(vector_ids(&e, &vector(seed, 8), 1), [id]);
+        assert_eq!(keyword_ids(&e, word), [id]);
+    }
+    assert!(keyword_ids(&e, "banana").is_empty());
+}

@@ -39,6 +39,7 @@ fn engine_with(tuning: Tuning) -> Engine {
             dims: Some(DIMS),
             metric: Some(Metric::L2),
             tuning,
+            ..Options::default()
         },
     )
     .unwrap();
@@ -313,6 +314,7 @@ fn the_compact_copy_follows_every_change() {
             compact_scan_max: usize::MAX,
             ..TUNING
         },
+        ..Options::default()
     };
     // the model: id -> (vector, namespace); rows with i % 4 == 0 carry tag "a"
     let mut model: BTreeMap<u64, (Vec<f32>, &str)> = BTreeMap::new();

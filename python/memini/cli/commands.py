@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import gzip
 import itertools
-import shutil
 import sys
 import time
 import zlib
@@ -30,6 +29,7 @@ from memini.cli.common import (
     open_existing,
     open_store,
     progress_bar,
+    rebuild_indexes,
     store_location,
 )
 from memini.cli.importer import Importer, ImportSummary
@@ -563,12 +563,10 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
             return 0
         out.print("the store has problems: run `memini check --repair`")
         return 2
-    # The indexes are derived from the rows: remove them and let open() rebuild them.
+    # The indexes are derived from the rows: the engine removes them once it holds the
+    # store's lock (never while another process may own the store) and rebuilds them.
     t0 = time.perf_counter()
-    for name in ("vectors", "keyword"):
-        target = path / name
-        if target.is_dir():
-            shutil.rmtree(target)
+    rebuild_indexes(path, "check --repair")
     with open_store(path, "check --repair") as store:
         store.acknowledge_meta_db_loss()
         after = _check(store)

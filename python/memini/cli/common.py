@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +18,7 @@ from rich.progress import (
 )
 
 from memini import limits
+from memini._core import Engine
 from memini.embed import Embedder
 from memini.errors import InvalidArgumentError, MeminiError, StoreLockedError
 from memini.store import Store, is_postgres_url
@@ -33,6 +36,7 @@ __all__ = [
     "open_existing",
     "open_store",
     "progress_bar",
+    "rebuild_indexes",
     "store_dir",
     "store_location",
 ]
@@ -129,8 +133,24 @@ def open_store(
     """Open the store in ``path`` for a command, turning the usual failures into `CliError`."""
     if must_exist and isinstance(path, Path) and not (path.is_dir() and any(path.iterdir())):
         raise CliError(f"no store at {path}")
+    with _opening(path, what):
+        store = Store.open(path, dims=dims, metric=metric, embedder=embedder)
+    return store
+
+
+def rebuild_indexes(path: Path, what: str) -> None:
+    """Rebuild the vector and keyword indexes of the store in ``path`` from its rows: the
+    engine removes them only once it holds the store's lock, never while another process
+    may own the store."""
+    with _opening(path, what):
+        Engine(str(path), None, None, rebuild_indexes=True).close()
+
+
+@contextlib.contextmanager
+def _opening(path: Path | str, what: str) -> Iterator[None]:
+    """Turns the usual failures of opening the store in ``path`` into `CliError`."""
     try:
-        return Store.open(path, dims=dims, metric=metric, embedder=embedder)
+        yield
     except StoreLockedError:
         raise CliError(locked_message(path, what)) from None
     except MeminiError as e:

@@ -53,7 +53,7 @@ from memini.errors import NotFoundError, StoreClosedError
 from memini.limits import check_limit, check_namespace
 from memini.postgres import _meta
 from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, upsert
-from memini.postgres._filter import LIVE_AT, ORDER_COLUMNS, where
+from memini.postgres._filter import LIVE_AT, order_by, where
 from memini.postgres._pool import DEFAULT_EF_SEARCH, Conn, Pool, translate, use_ef_search
 from memini.postgres._rows import SELECT, query_words, to_memory, write_values
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
@@ -449,11 +449,8 @@ class PgEngine:
     ) -> builtins.list[Memory]:
         params: dict[str, Any] = {"ns": namespace}
         cond = where(filter, params)
-        col = ORDER_COLUMNS[filter["sort_key"]]
-        direction = "ASC" if filter["sort_asc"] else "DESC"
         sql = (
-            f"SELECT {SELECT} FROM memories WHERE namespace = %(ns)s AND {cond} "
-            f"ORDER BY {col} {direction}, id ASC"
+            f"SELECT {SELECT} FROM memories WHERE namespace = %(ns)s AND {cond} {order_by(filter)}"
         )
         if limit > 0:
             sql += f" LIMIT {int(limit)}"

@@ -1,10 +1,11 @@
-"""A validated filter spec (`memini._convert.filter_to_spec`) as a SQL condition.
+"""A validated filter spec (`memini._convert.filter_to_spec`) as a SQL condition and order.
 
-Every `Filter` field becomes a condition on an indexed column of ``memories``: tiers and
-levels on their text columns, tags as array containment (``tags @> ...``, GIN), metadata
-as JSONB containment of ``{key: "value"}`` (GIN, ``jsonb_path_ops``: a top-level key whose
-value is that string, as in the embedded store), the live rule and ``as_of`` on the
-``bigint`` microsecond columns. The rule is the one of ``rust/filter.rs``:
+Every `Filter` field but ``sort`` (`order_by`) becomes a condition on an indexed column of
+``memories``: tiers and levels on their text columns, tags as array containment
+(``tags @> ...``, GIN), metadata as JSONB containment of ``{key: "value"}`` (GIN,
+``jsonb_path_ops``: a top-level key whose value is that string, as in the embedded store),
+the live rule and ``as_of`` on the ``bigint`` microsecond columns. The rule is the one of
+``rust/filter.rs``:
 
 * ``expires_at`` must lie after the reference instant (``as_of``, else ``now``) unless
   ``include_expired``;
@@ -22,7 +23,7 @@ from psycopg.types.json import Jsonb
 if TYPE_CHECKING:
     from memini._core import FilterSpec
 
-__all__ = ["LIVE_AT", "ORDER_COLUMNS", "where"]
+__all__ = ["LIVE_AT", "ORDER_COLUMNS", "order_by", "where"]
 
 ORDER_COLUMNS = {
     "created_at": "created_at",
@@ -32,6 +33,17 @@ ORDER_COLUMNS = {
     "importance": "importance",
 }
 """The column of each `SortKey` value."""
+
+
+def order_by(spec: FilterSpec) -> str:
+    """The ``ORDER BY`` clause of ``list`` under ``spec`` (its sort; ties by id ascending).
+
+    Together with `where`, it reads every key of the spec: tests/test_filters.py checks
+    that a key added to the spec is read here.
+    """
+    direction = "ASC" if spec["sort_asc"] else "DESC"
+    return f"ORDER BY {ORDER_COLUMNS[spec['sort_key']]} {direction}, id ASC"
+
 
 LIVE_AT = (
     "(expires_at IS NULL OR expires_at > %(ref)s) AND superseded_by IS NULL "

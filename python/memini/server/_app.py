@@ -451,7 +451,7 @@ def create_app(
 
     async def openapi_json(request: Request) -> Response:
         if not doc:
-            doc.update(openapi(version))
+            doc.update(openapi(version, service.store.stats()["dims"]))
         return Response(wire.dumps(doc), media_type=_JSON)
 
     routes = [
