@@ -1122,7 +1122,7 @@ class Store:
 
         Around the defaults, on turns in order: alpha 0.3-0.5 x neighbour weight 0.3-0.7 give
         R@5 0.696-0.720, R@10 0.790-0.801, MRR 0.506-0.533 (no neighbours: 0.650-0.665 /
-        0.747-0.751 / 0.482-0.507). On facts the defaults are within 0.3 points of
+        0.747-0.750 / 0.482-0.507). On facts the defaults are within 0.3 points of
         upstream's hybrid, not above it.
 
         ``rerank="quality"`` multiplies each fused score, divided by the best one, by
