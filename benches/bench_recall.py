@@ -1,13 +1,17 @@
 """Recall: retrieval quality on LoCoMo (locomo-dev) and the cost of one hybrid call.
 
 Quality (``test_recall_quality_locomo``, or ``python benches/bench_recall.py``): the protocol
-published for the upstream Go memini, on ``../shared/datasets/locomo-dev`` (or
-``MEMINI_LOCOMO``): every turn stored in its conversation's namespace (tier semantic, its
-MiniLM vector, its text), each question recalled in its namespace with its MiniLM vector and
-its text, k=10; a question is a hit at k when any gold turn is in the top k; MRR is 1/rank of
-the first gold turn in the top 10. One run reports vector-only, keyword-only, each fusion
-and the defaults, beside upstream's numbers on the same split. LoCoMo is CC BY-NC: it is
-never copied into the repository; without it the test skips and says so.
+published for the upstream Go memini, on three shapes of memory: the dialogue turns of
+``../shared/datasets/locomo-dev`` (or ``MEMINI_LOCOMO``) stored in conversation order, the
+same turns stored in a random order (seed ``SHUFFLE_SEED``), and the facts of
+``../shared/datasets/locomo-facts-dev`` (or ``MEMINI_LOCOMO_FACTS``: one namespace per
+speaker, random order). Every row is stored with its MiniLM vector and its text (tier
+semantic, no ``created_at``: storage order is the timeline); each question is recalled in
+its namespace(s) with its MiniLM vector and its text, k=10; a question is a hit at k when
+any gold row is in the top k; MRR is 1/rank of the first gold row in the top 10. One run
+reports vector-only, keyword-only, each fusion and the defaults per shape, beside upstream's
+numbers on the same split (``--sensitivity`` adds the grid around the defaults). LoCoMo is
+CC BY-NC: it is never copied into the repository; without it the test skips and says so.
 
 Speed (pytest-benchmark, on the bench store of ``_data.py``): recall with pools of 50 next to
 one ``vector_search(k=50)`` plus one ``keyword_search(k=50)``, 2 threads next to 1, and 8
@@ -36,11 +40,18 @@ import _data as D
 LOCOMO = Path(
     os.environ.get("MEMINI_LOCOMO", str(D.REPO.parent / "shared" / "datasets" / "locomo-dev"))
 )
+FACTS = Path(
+    os.environ.get(
+        "MEMINI_LOCOMO_FACTS", str(D.REPO.parent / "shared" / "datasets" / "locomo-facts-dev")
+    )
+)
 K = 10
+Metrics = tuple[float, float, float]
+SHUFFLE_SEED = 35  # the storage order of "turns, random order" (fixed: runs compare)
 
-# Upstream's numbers: measured on this split with its protocol (locomo-dev/README.md), and
+# Upstream's numbers: measured on each split with its protocol (the datasets' README.md), and
 # published on all 10 conversations. (R@5, R@10, MRR)
-UPSTREAM = {
+UPSTREAM_TURNS = {
     "upstream hybrid min-max 0.5/0.5 (this split)": (0.613, 0.725, 0.455),
     "upstream hybrid RRF k=5 (this split)": (0.619, 0.727, 0.430),
     "upstream keyword FTS5 (this split)": (0.597, 0.676, 0.457),
@@ -48,30 +59,82 @@ UPSTREAM = {
     "upstream hybrid (published, all 10)": (0.597, 0.699, 0.424),
     "upstream + 0.6B cross-encoder (published, all 10)": (0.709, 0.750, 0.598),
 }
+UPSTREAM_FACTS = {
+    "upstream hybrid min-max 0.5/0.5 (this split)": (0.640, 0.685, 0.539),
+    "upstream keyword FTS5 (this split)": (0.607, 0.653, 0.498),
+    "exact vector (this split)": (0.606, 0.651, 0.481),
+}
 
 
 @dataclass
 class Locomo:
+    """One shape of memory: the rows in storage order and the questions.
+
+    A row is ``{"ns", "id", "content"}``; a question ``{"question", "gold"}`` with ``"ns"``
+    (one namespace) or ``"namespaces"`` (searched together)."""
+
+    name: str
     turns: list[dict[str, Any]]
     tvecs: np.ndarray
     questions: list[dict[str, Any]]
     qvecs: np.ndarray
+    upstream: dict[str, Metrics]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
 
 
 def load_locomo(path: Path = LOCOMO) -> Locomo | None:
+    """Dialogue turns stored in conversation order (locomo-dev)."""
     if not (path / "turns.jsonl").is_file():
         return None
-
-    def lines(name: str) -> list[dict[str, Any]]:
-        with open(path / name, encoding="utf-8") as f:
-            return [json.loads(line) for line in f]
-
     return Locomo(
-        lines("turns.jsonl"),
+        "turns, in order",
+        _lines(path / "turns.jsonl"),
         np.load(path / "turns.f32.npy"),
-        lines("questions.jsonl"),
+        _lines(path / "questions.jsonl"),
         np.load(path / "questions.f32.npy"),
+        UPSTREAM_TURNS,
     )
+
+
+def shuffled(data: Locomo) -> Locomo:
+    """The same turns stored in a random (fixed) order: upstream's numbers do not change,
+    since its fusion never reads the storage order."""
+    order = np.random.default_rng(SHUFFLE_SEED).permutation(len(data.turns))
+    return Locomo(
+        "turns, random order",
+        [data.turns[i] for i in order],
+        data.tvecs[order],
+        data.questions,
+        data.qvecs,
+        {k: v for k, v in data.upstream.items() if "this split" in k},
+    )
+
+
+def load_facts(path: Path = FACTS) -> Locomo | None:
+    """LoCoMo's observations as an agent's facts (locomo-facts-dev): one namespace per
+    speaker, stored in the file's (random) order, questions searching the namespaces of the
+    speakers they name."""
+    if not (path / "facts.jsonl").is_file():
+        return None
+    return Locomo(
+        "facts, random order",
+        _lines(path / "facts.jsonl"),
+        np.load(path / "facts.f32.npy"),
+        _lines(path / "questions.jsonl"),
+        np.load(path / "questions.f32.npy"),
+        UPSTREAM_FACTS,
+    )
+
+
+def shapes() -> list[Locomo]:
+    """Every shape whose data is here: turns in order, the same turns shuffled, facts."""
+    turns, facts = load_locomo(), load_facts()
+    found = [] if turns is None else [turns, shuffled(turns)]
+    return found + ([] if facts is None else [facts])
 
 
 def build_store(data: Locomo, path: str | None = None) -> Any:
@@ -87,25 +150,27 @@ def build_store(data: Locomo, path: str | None = None) -> Any:
     return s
 
 
-Metrics = tuple[float, float, float]
+def _namespaces(q: dict[str, Any]) -> list[str]:
+    return list(q["namespaces"]) if "namespaces" in q else [q["ns"]]
 
 
 def evaluate(store: Any, data: Locomo, ns: str | None = None, **kwargs: Any) -> Metrics:
     """(R@5, R@10, MRR) of ``store.recall`` with ``kwargs`` (``vector=False``: no vector;
     ``context=x``: the default fusion with neighbour weight x, through the core directly),
-    over every question, or those of conversation ``ns``."""
+    over every question, or those searching namespace ``ns``."""
     use_vector = kwargs.pop("vector", True)
     use_text = kwargs.pop("text", True)
     questions = [(q, v) for q, v in zip(data.questions, data.qvecs, strict=True)]
-    questions = [(q, v) for q, v in questions if ns is None or q["ns"] == ns]
+    questions = [(q, v) for q, v in questions if ns is None or ns in _namespaces(q)]
     r5 = r10 = mrr = 0.0
     for q, v in questions:
         text, vec = q["question"] if use_text else "", v if use_vector else None
+        names = _namespaces(q)
         if "context" in kwargs:
             from memini._convert import filter_to_spec
 
             rs = store._engine.recall(
-                [(q["ns"], None)],
+                [(n, None) for n in names],
                 text,
                 vec,
                 filter_to_spec(None),
@@ -118,7 +183,7 @@ def evaluate(store: Any, data: Locomo, ns: str | None = None, **kwargs: Any) -> 
                 True,
             )
         else:
-            rs = store.recall(q["ns"], text, vec, k=K, **kwargs)
+            rs = store.recall(names, text, vec, k=K, **kwargs)
         gold = set(q["gold"])
         rank = next((i for i, r in enumerate(rs) if r.memory.id in gold), None)
         if rank is not None:
@@ -135,31 +200,31 @@ METHODS: dict[str, dict[str, Any]] = {
     "keyword only": {"vector": False},
     "convex alpha=0.5": {"fusion": "convex", "alpha": 0.5},
     "rrf k=5": {"fusion": "rrf", "rrf_k": 5},
-    "rrf k=60": {"fusion": "rrf", "rrf_k": 60},
     "defaults": {},
 }
 
 
 def report(store: Any, data: Locomo, methods: dict[str, dict[str, Any]] = METHODS) -> str:
-    rows = ["| method | R@5 | R@10 | MRR |", "|---|---|---|---|"]
+    rows = [f"| {data.name}: method | R@5 | R@10 | MRR |", "|---|---|---|---|"]
     for name, kw in methods.items():
         r5, r10, mrr = evaluate(store, data, **kw)
         rows.append(f"| memini {name} | {r5:.3f} | {r10:.3f} | {mrr:.3f} |")
-    for name, (r5, r10, mrr) in UPSTREAM.items():
+    for name, (r5, r10, mrr) in data.upstream.items():
         rows.append(f"| {name} | {r5:.3f} | {r10:.3f} | {mrr:.3f} |")
     return "\n".join(rows)
 
 
 def sensitivity(store: Any, data: Locomo) -> str:
-    """The default fusion around its parameters: alpha x neighbour weight, and the defaults
-    per conversation next to upstream's default method (convex 0.5/0.5, no context)."""
-    rows = ["| alpha | context | R@5 | R@10 | MRR |", "|---|---|---|---|---|"]
+    """The default fusion around its parameters: alpha x neighbour weight (before the
+    namespace's coherence gates it), and the defaults per namespace next to upstream's
+    default method (convex 0.5/0.5, no context)."""
+    rows = [f"| {data.name}: alpha | context | R@5 | R@10 | MRR |", "|---|---|---|---|---|"]
     for alpha in (0.3, 0.4, 0.5):
         for context in (0.0, 0.3, 0.5, 0.7):
             r5, r10, mrr = evaluate(store, data, alpha=alpha, context=context)
             rows.append(f"| {alpha} | {context} | {r5:.3f} | {r10:.3f} | {mrr:.3f} |")
-    rows += ["", "| conversation | defaults R@5/R@10/MRR | convex 0.5 |", "|---|---|---|"]
-    for ns in sorted({q["ns"] for q in data.questions}):
+    rows += ["", "| namespace | defaults R@5/R@10/MRR | convex 0.5 |", "|---|---|---|"]
+    for ns in sorted({n for q in data.questions for n in _namespaces(q)}):
         ours = evaluate(store, data, ns=ns)
         base = evaluate(store, data, ns=ns, fusion="convex", alpha=0.5)
         rows.append(
@@ -173,15 +238,19 @@ def sensitivity(store: Any, data: Locomo) -> str:
 
 
 def test_recall_quality_locomo(benchmark: Any, tmp_path: Path) -> None:
-    data = load_locomo()
-    if data is None:
+    found = shapes()
+    if not found:
         pytest.skip(f"locomo-dev is not here ({LOCOMO}; set MEMINI_LOCOMO): quality not measured")
-    with build_store(data, str(tmp_path / "locomo")) as s:
-        table = benchmark.pedantic(lambda: report(s, data), rounds=1, iterations=1)
-        around = sensitivity(s, data)
-    print("\n" + table + "\n\n" + around)
-    benchmark.extra_info["table"] = table
-    benchmark.extra_info["sensitivity"] = around
+    tables = []
+
+    def run() -> None:
+        for i, data in enumerate(found):
+            with build_store(data, str(tmp_path / f"locomo{i}")) as s:
+                tables.append(report(s, data))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    print("\n" + "\n\n".join(tables))
+    benchmark.extra_info["tables"] = tables
 
 
 # ---------------------------------------------------------------------------- speed
@@ -347,10 +416,14 @@ def _time(f: Callable[[], None]) -> float:
 
 
 if __name__ == "__main__":
-    loaded = load_locomo()
-    if loaded is None:
+    # python benches/bench_recall.py [--sensitivity]: every shape whose data is here
+    found = shapes()
+    if not found:
         sys.exit(f"locomo-dev is not here ({LOCOMO}; set MEMINI_LOCOMO)")
-    with build_store(loaded) as store:
-        print(report(store, loaded))
+    for data in found:
+        with build_store(data) as store:
+            print(report(store, data))
+            if "--sensitivity" in sys.argv:
+                print()
+                print(sensitivity(store, data))
         print()
-        print(sensitivity(store, loaded))

@@ -199,6 +199,9 @@ pub struct Namespace {
     /// (created_at, rid) of every row: the namespace's timeline, in the order rows were
     /// made (rows stamped the same instant in the order they were first stored).
     pub timeline: BTreeSet<(Micros, u64)>,
+    /// The timeline's measured coherence and the row count it was measured at (recall
+    /// measures it again once the count has moved by more than a sixteenth).
+    pub coherence: parking_lot::Mutex<Option<(usize, f64)>>,
 }
 
 impl Namespace {

@@ -163,7 +163,20 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
             kpool.extend(h.into_iter().map(|(r, s)| (r, s, *i)));
         }
     }
-    let info = Rows { st, snap };
+    // neighbour context weighs each namespace by its coherence: measured only when used
+    let mut coherence = vec![0.0; q.sources.len()];
+    if q.context > 0.0 && !vpool.is_empty() && !kpool.is_empty() {
+        for (i, _) in &searched {
+            if let Some(ns) = st.cols.namespaces.get(&q.sources[*i].namespace) {
+                coherence[*i] = super::coherence::coherence(ns, snap)?;
+            }
+        }
+    }
+    let info = Rows {
+        st,
+        snap,
+        coherence,
+    };
     let rule = Rule {
         fusion: q.fusion,
         context: q.context,
@@ -190,6 +203,8 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
 struct Rows<'a> {
     st: &'a State,
     snap: &'a Snapshot,
+    /// Per source (index in the query's sources): its namespace's coherence.
+    coherence: Vec<f64>,
 }
 
 impl Candidates for Rows<'_> {
@@ -206,6 +221,10 @@ impl Candidates for Rows<'_> {
             .namespaces
             .get(&col.namespace)
             .map_or([None, None], |n| n.neighbours(col.created_at, key))
+    }
+
+    fn coherence(&self, source: usize) -> f64 {
+        self.coherence.get(source).copied().unwrap_or(0.0)
     }
 
     fn standing(&self, key: u64) -> Option<Standing> {

@@ -8,6 +8,7 @@
 //! - `writer`: changes queued for, and buffered in, the tantivy writer;
 //! - `delta`: the uncommitted documents, searchable at once;
 //! - `stats`: BM25 statistics of the live documents, across segments and delta;
+//! - `scope`: those statistics over the namespaces a search covers;
 //! - `heaps`: the top-k of each namespace and the pruning threshold;
 //! - `search`: the query, and the walk over delta and segments;
 //! - `fold`: the background thread folding the delta in, and reloads;
@@ -34,6 +35,7 @@ mod heaps;
 mod merge;
 mod open;
 mod schema;
+mod scope;
 mod search;
 mod stats;
 #[cfg(test)]

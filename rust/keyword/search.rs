@@ -23,6 +23,7 @@ use tantivy::Term;
 
 use super::analysis;
 use super::heaps::{Heaps, Hit};
+use super::scope::Scoped;
 use super::stats::Combined;
 use super::{kw_err, KeywordIndex};
 use crate::error::Result;
@@ -75,8 +76,8 @@ impl KeywordIndex {
     }
 
     /// BM25 top-`k` rows of `namespace` for `query` among the documents `accept(rid, version)`
-    /// keeps (it must check the namespace); best first, ties by row id. [`Self::search_many`]
-    /// of one namespace.
+    /// keeps (it must check the namespace), under the namespace's statistics; best first, ties
+    /// by row id. [`Self::search_many`] of one namespace.
     pub fn search(
         &self,
         namespace: &str,
@@ -95,9 +96,9 @@ impl KeywordIndex {
     /// BM25 top-`k` rows of each of `namespaces` for `query`, in one pass over the postings:
     /// `accept(rid, version)` names the namespace (its index in `namespaces`) whose results a
     /// document may join, or None to drop it (it must check the namespace). Per namespace, best
-    /// first, ties by row id: exactly what one search per namespace with the same `dominant`
-    /// returns (scores are corpus-wide, so they do not depend on the namespaces searched
-    /// together), for the query analysis, the weights and the posting walk paid once. (With
+    /// first, ties by row id, scored with the statistics of all the namespaces searched
+    /// (`scope`): what one search per namespace under those statistics would return, for the
+    /// query analysis, the weights and the posting walk paid once. (With
     /// and without the namespace terms, tantivy sums a document's term scores in a different
     /// order: its f32 score may differ in the last bit.)
     ///
@@ -135,11 +136,12 @@ impl KeywordIndex {
         let query = self.query(&terms, namespaces, dominant, tags);
         let delta = self.shared.delta.read();
         let searcher = delta.searcher.clone();
-        let stats = Combined {
+        let all = Combined {
             searcher: &searcher,
             delta: &delta,
             text: f.text,
         };
+        let stats = Scoped::new(all, f.ns, namespaces, &terms)?;
         let mut heaps = Heaps::new(namespaces.len(), k);
 
         // the delta: scored here with tantivy's BM25 weights over the combined statistics

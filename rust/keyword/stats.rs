@@ -1,9 +1,9 @@
 //! BM25 statistics of the live documents: the committed segments' alive documents, less
 //! those a newer change in the delta shadows, plus the delta's.
 //!
-//! - Statistics (document count, average length, document frequencies) are corpus-wide,
-//!   across namespaces, as in any single tantivy index: a score never depends on which
-//!   namespaces are searched together.
+//! - These statistics (document count, average length, document frequencies) are the whole
+//!   index's, across namespaces; a search takes them over the namespaces it covers
+//!   ([`super::scope`]), counting the live documents the same way.
 //! - They count each live row's current document once, and nothing else: not the deleted
 //!   documents tantivy keeps counting until a merge purges them, not a committed document a
 //!   newer change replaced or deleted. So a score depends on the live rows alone: not on
@@ -160,10 +160,18 @@ impl Bm25StatisticsProvider for Combined<'_> {
             // namespace and tag terms score 0; tantivy's count holds deleted documents too
             return Ok(self.searcher.doc_freq(term)?.min(self.total_num_docs()?));
         };
-        let mut n = d.postings.get(t).map_or(0, HashMap::len) as u64;
+        Ok(d.postings.get(t).map_or(0, HashMap::len) as u64 + self.live_committed(term)?)
+    }
+}
+
+impl Combined<'_> {
+    /// Live committed documents holding `term`: the alive ones, less the shadowed.
+    pub(super) fn live_committed(&self, term: &Term) -> tantivy::Result<u64> {
+        let mut n = 0;
         for seg in self.searcher.segment_readers() {
             n += alive_doc_freq(seg, term)?;
         }
-        Ok(n.saturating_sub(shadowed_doc_freq(self.searcher, &d.shadowed_docs, term)?))
+        let shadowed = shadowed_doc_freq(self.searcher, &self.delta.shadowed_docs, term)?;
+        Ok(n.saturating_sub(shadowed))
     }
 }

@@ -476,7 +476,7 @@ fn namespaces_never_see_each_others_rows() {
 }
 
 #[test]
-fn a_search_of_several_namespaces_equals_one_search_of_each() {
+fn a_search_of_several_namespaces_equals_one_search_of_each_under_their_statistics() {
     let kw = quiet();
     let t = texts(300);
     let ns_of = |rid: u64| ["a", "b", "c"][usize::try_from(rid % 3).unwrap()];
@@ -501,12 +501,13 @@ fn a_search_of_several_namespaces_equals_one_search_of_each() {
                 let many = kw
                     .search_many(&names, q, k, dominant, &[], &group, false)
                     .unwrap();
-                for (ns, got) in names.iter().zip(&many) {
+                for (g, (ns, got)) in names.iter().zip(&many).enumerate() {
+                    // the same namespaces searched (the same statistics), one kept
+                    let only = |rid: u64, _: u64| (ns_of(rid) == *ns && keep(rid)).then_some(g);
                     let alone = kw
-                        .search(ns, q, k, dominant, &[], &|rid, _| {
-                            ns_of(rid) == *ns && keep(rid)
-                        })
-                        .unwrap();
+                        .search_many(&names, q, k, dominant, &[], &only, false)
+                        .unwrap()
+                        .remove(g);
                     assert_close(&alone, got, &format!("{ns} {q:?} k={k} {dominant}"));
                 }
             }
@@ -723,4 +724,38 @@ fn idle_merge_leaves_a_small_second_segment() {
     assert_eq!(kw.num_segments(), 2);
     assert_eq!(takes_bulk(&kw), None);
     assert!(!kw.merging());
+}
+
+#[test]
+fn a_word_in_every_row_of_the_namespaces_searched_weighs_nearly_nothing_there() {
+    let kw = quiet();
+    // every row of "c" names Carol; most rows of the much larger "o" mention wrists
+    let facts = [
+        "Carol is vegetarian",
+        "Carol broke her wrist",
+        "Carol plays chess",
+        "Carol bakes bread",
+    ];
+    for (rid, text) in (1u64..).zip(facts) {
+        kw.put(rid, Some(doc("c", text, 1)), rid, true).unwrap();
+    }
+    for rid in 10..200u64 {
+        let text = format!("row {rid}: a wrist injury");
+        kw.put(rid, Some(doc("o", &text, 1)), rid, true).unwrap();
+    }
+    let of_c = |rid: u64, _: u64| rid < 10;
+    for stage in ["delta", "committed"] {
+        let name = kw.search("c", "carol", 10, false, &[], &of_c).unwrap();
+        let wrist = kw.search("c", "wrist", 10, false, &[], &of_c).unwrap();
+        assert_eq!((name.len(), wrist.len()), (4, 1), "{stage}");
+        assert!(
+            name.iter().all(|h| h.1 < 0.2 * wrist[0].1),
+            "{stage}: {name:?} vs {wrist:?}"
+        );
+        // the other namespace's own statistics: there "wrist" is in nearly every row
+        let of_o = |rid: u64, _: u64| rid >= 10;
+        let there = kw.search("o", "wrist", 1, false, &[], &of_o).unwrap();
+        assert!(there[0].1 < 0.2 * wrist[0].1, "{stage}");
+        kw.commit().unwrap();
+    }
 }

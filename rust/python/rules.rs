@@ -53,6 +53,10 @@ impl Candidates for Listed {
     fn neighbours(&self, key: u64) -> [Option<u64>; 2] {
         self.neighbours[at(key)]
     }
+    fn coherence(&self, _source: usize) -> f64 {
+        // not measured on this backend yet: neighbour context at the weight given
+        1.0
+    }
     fn standing(&self, key: u64) -> Option<Standing> {
         Some(self.standings[at(key)])
     }

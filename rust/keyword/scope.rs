@@ -1,0 +1,162 @@
+//! BM25 statistics over the namespaces a search covers: their document count and each query
+//! word's document frequency among their documents (the average document length stays the
+//! index's). A word in nearly every row of the namespaces searched (a user's name in their
+//! own facts) then weighs nearly nothing there, however rare it is in the rest of the index;
+//! and no tenant's rows move another tenant's scores.
+//!
+//! Counted as the corpus-wide statistics are (`stats`), over the live documents only: the
+//! namespaces' committed documents alive and not shadowed by a newer change in the delta,
+//! plus the delta's documents of those namespaces. So a score still depends on the live rows
+//! alone, not on folds, merges or reopens. When the namespaces hold every document the
+//! corpus-wide statistics are used as they are.
+
+use std::collections::HashMap;
+
+use tantivy::query::Bm25StatisticsProvider;
+use tantivy::schema::{Field, IndexRecordOption};
+use tantivy::{DocSet, Term, TERMINATED};
+
+use super::kw_err;
+use super::stats::Combined;
+use crate::error::Result;
+
+/// The statistics of a search over some namespaces.
+pub(super) struct Scoped<'a> {
+    all: Combined<'a>,
+    /// None: the namespaces hold every document (the corpus-wide statistics apply).
+    scope: Option<Scope>,
+}
+
+struct Scope {
+    docs: u64,
+    tokens: u64,
+    /// The query's text terms -> documents of the namespaces holding them.
+    doc_freqs: HashMap<Term, u64>,
+}
+
+impl<'a> Scoped<'a> {
+    /// The statistics of `namespaces` (their names in field `ns`) for the text terms `terms`.
+    pub(super) fn new(
+        all: Combined<'a>,
+        ns: Field,
+        namespaces: &[&str],
+        terms: &[(String, Term)],
+    ) -> Result<Self> {
+        let names: Vec<Term> = namespaces
+            .iter()
+            .map(|n| Term::from_field_text(ns, n))
+            .collect();
+        let in_scope = |d: &str| namespaces.contains(&d);
+        let mut docs = all.delta.docs.values().filter(|d| in_scope(&d.ns)).count() as u64;
+        for name in &names {
+            docs += all.live_committed(name).map_err(|e| kw_err("stats", e))?;
+        }
+        let total = Bm25StatisticsProvider::total_num_docs(&all).map_err(|e| kw_err("stats", e))?;
+        if docs == 0 || docs >= total {
+            return Ok(Self { all, scope: None });
+        }
+        let mut doc_freqs = HashMap::with_capacity(terms.len());
+        for (text, term) in terms {
+            let delta = all.delta.postings.get(text).map_or(0, |p| {
+                p.keys()
+                    .filter(|rid| all.delta.docs.get(rid).is_some_and(|d| in_scope(&d.ns)))
+                    .count() as u64
+            });
+            doc_freqs.insert(term.clone(), delta + all.joint_docs(term, &names)?);
+        }
+        let tokens = Bm25StatisticsProvider::total_num_tokens(&all, all.text)
+            .map_err(|e| kw_err("stats", e))?;
+        // the index's average length: its tokens scaled to the namespaces' share of documents
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "a token count, far below 2^53"
+        )]
+        let tokens = (tokens as f64 * docs as f64 / total as f64).round() as u64;
+        Ok(Self {
+            all,
+            scope: Some(Scope {
+                docs,
+                tokens,
+                doc_freqs,
+            }),
+        })
+    }
+}
+
+impl Combined<'_> {
+    /// Live committed documents (alive, not shadowed) holding `term` and one of `names`.
+    fn joint_docs(&self, term: &Term, names: &[Term]) -> Result<u64> {
+        let mut n = 0u64;
+        for (i, seg) in (0u32..).zip(self.searcher.segment_readers()) {
+            let alive = seg.alive_bitset();
+            let shadowed = self.delta.shadowed_docs.get(&i);
+            let live = |doc| {
+                alive.is_none_or(|a| a.is_alive(doc)) && shadowed.is_none_or(|s| !s.contains(&doc))
+            };
+            let words = seg
+                .inverted_index(self.text)
+                .map_err(|e| kw_err("stats", e))?;
+            let spaces = seg
+                .inverted_index(names[0].field())
+                .map_err(|e| kw_err("stats", e))?;
+            for name in names {
+                let postings = |index: &tantivy::InvertedIndexReader, t: &Term| {
+                    index
+                        .read_postings(t, IndexRecordOption::Basic)
+                        .map_err(|e| kw_err("stats", e))
+                };
+                let (Some(mut a), Some(mut b)) =
+                    (postings(&words, term)?, postings(&spaces, name)?)
+                else {
+                    continue;
+                };
+                if b.doc_freq() < a.doc_freq() {
+                    std::mem::swap(&mut a, &mut b);
+                }
+                // walk the shorter list, seeking each of its documents in the longer
+                let mut doc = a.doc();
+                while doc != TERMINATED {
+                    let other = b.seek(doc);
+                    if other == TERMINATED {
+                        break;
+                    }
+                    if other == doc {
+                        n += u64::from(live(doc));
+                        doc = a.advance();
+                    } else {
+                        doc = a.seek(other);
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+impl Bm25StatisticsProvider for Scoped<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        match &self.scope {
+            Some(s) if field == self.all.text => Ok(s.tokens),
+            _ => Bm25StatisticsProvider::total_num_tokens(&self.all, field),
+        }
+    }
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        match &self.scope {
+            Some(s) => Ok(s.docs),
+            None => Bm25StatisticsProvider::total_num_docs(&self.all),
+        }
+    }
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        match &self.scope {
+            None => self.all.doc_freq(term),
+            Some(s) => match s.doc_freqs.get(term) {
+                Some(n) => Ok(*n),
+                // namespace and tag terms score 0: counted over the index, kept within the
+                // namespaces' document count as BM25 requires
+                None => Ok(self.all.doc_freq(term)?.min(s.docs)),
+            },
+        }
+    }
+}
