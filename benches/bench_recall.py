@@ -168,6 +168,7 @@ def evaluate(store: Any, data: Locomo, ns: str | None = None, **kwargs: Any) -> 
         names = _namespaces(q)
         if "context" in kwargs:
             from memini._convert import filter_to_spec
+            from memini.store import _DEFAULT_KEYWORD_HALF
 
             rs = store._engine.recall(
                 [(n, None) for n in names],
@@ -179,6 +180,7 @@ def evaluate(store: Any, data: Locomo, ns: str | None = None, **kwargs: Any) -> 
                 "convex",
                 kwargs["alpha"],
                 kwargs["context"],
+                _DEFAULT_KEYWORD_HALF,
                 True,
                 True,
             )

@@ -74,6 +74,9 @@ pub struct Rule {
     pub fusion: Fusion,
     /// Weight of the best timeline neighbour's fused score (0 = none).
     pub context: f64,
+    /// The keyword score at which the keyword leg counts half under [`Fusion::Convex`]
+    /// ([`keyword_weight`]; 0 = always its full weight).
+    pub keyword_half: f64,
     /// Rerank by `Memory.quality` at this instant (None = no rerank).
     pub quality_at: Option<Micros>,
     /// Keep only the best candidate per content fingerprint.
@@ -101,6 +104,22 @@ fn minmax(pool: &[(u64, f64, usize)]) -> impl Fn(f64) -> f64 {
     move |s| if hi > lo { (s - lo) / (hi - lo) } else { 1.0 }
 }
 
+/// The share of its weight the keyword leg keeps under [`Fusion::Convex`]:
+/// `top / (top + half)`, `top` its best score; 1 when `half` is 0. A leg whose best row
+/// matches only words present in nearly every row searched (a user's name in their own
+/// facts: BM25 ~0.04) ranks its candidates by noise that min-max would spread over 0..1, so
+/// it counts for little; a leg matching any word that tells rows apart (BM25 >= 1) keeps
+/// nearly all of it. BM25 scores a word found in a fraction `p` of the rows about
+/// `ln(1 / p)` (once, in a row of average length): `half` = 0.2 is a word in about 80%.
+#[must_use]
+pub fn keyword_weight(top: f64, half: f64) -> f64 {
+    if half > 0.0 {
+        top.max(0.0) / (top.max(0.0) + half)
+    } else {
+        1.0
+    }
+}
+
 /// Fuses both legs' hits; returns the `k` best (key, candidate), best first, ties by id.
 ///
 /// One leg alone (the other skipped, or finding nothing) keeps its own scores: recall is
@@ -126,6 +145,7 @@ pub fn fuse<C: Candidates>(
     }
     let single = vpool.is_empty() || kpool.is_empty();
     let (vnorm, knorm) = (minmax(&vpool), minmax(&kpool));
+    let kweight = keyword_weight(kpool.first().map_or(0.0, |h| h.1), rule.keyword_half);
     for c in cands.values_mut() {
         c.score = if single {
             c.vector.or(c.keyword).unwrap_or(0.0)
@@ -133,7 +153,7 @@ pub fn fuse<C: Candidates>(
             match rule.fusion {
                 Fusion::Convex { alpha } => {
                     alpha * c.vector.map_or(0.0, &vnorm)
-                        + (1.0 - alpha) * c.keyword.map_or(0.0, &knorm)
+                        + (1.0 - alpha) * kweight * c.keyword.map_or(0.0, &knorm)
                 }
                 Fusion::Rrf { k } => {
                     let term = |rank: usize| {
@@ -275,4 +295,23 @@ fn dedup<C: Candidates>(info: &C, order: Vec<(u64, Fused)>, k: usize) -> Result<
         }
     }
     Ok(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keyword_weight;
+
+    #[test]
+    fn a_keyword_leg_counts_by_its_best_score() {
+        assert!((keyword_weight(0.2, 0.2) - 0.5).abs() < 1e-12);
+        // a name in every row of the namespace (BM25 ~0.04) counts for little
+        assert!(keyword_weight(0.04, 0.2) < 0.2);
+        // one word that tells rows apart (a fifth of them: ln 5 ~ 1.6) keeps nearly all
+        assert!(keyword_weight(1.6, 0.2) > 0.88);
+        assert!(keyword_weight(10.0, 0.2) > 0.98);
+        // 0 = the bare convex formula; a non-positive best score counts nothing
+        assert!((keyword_weight(0.04, 0.0) - 1.0).abs() < f64::EPSILON);
+        assert!(keyword_weight(0.0, 0.2).abs() < f64::EPSILON);
+        assert!(keyword_weight(-1.0, 0.2).abs() < f64::EPSILON);
+    }
 }

@@ -562,6 +562,46 @@ def test_default_fusion_credits_timeline_neighbours(store: Store) -> None:
     )
 
 
+def test_default_fusion_weighs_the_keyword_leg_by_its_best_score(
+    store: Store, request: pytest.FixtureRequest
+) -> None:
+    if "postgres" in request.node.name:
+        pytest.skip("ts_rank is not BM25: the PostgreSQL keyword leg keeps its full weight")
+    # under 8 rows: no coherence, no neighbour context; the defaults are convex 0.4 with the
+    # keyword leg's min-max scores times top / (top + 0.2), top its best BM25 score.
+    # Facts about one user, each naming her
+    store.upsert_many(
+        [
+            mem("a", "dana likes green tea", embedding=vec(1, 0.1)),
+            mem("b", "dana broke her wrist while skiing", embedding=vec(1, 0.6)),
+            mem("c", "dana sings", embedding=vec(0, 1)),
+            mem("d", "dana walks her dog", embedding=vec(0.2, 1)),
+            mem("e", "dana reads on a rainy morning", embedding=vec(0.5, 0.5)),
+            mem("f", "dana works as a nurse", embedding=vec(0.3, 0.8)),
+            mem("g", "dana grows tomatoes", embedding=vec(0.1, 0.9)),
+        ]
+    )
+    v = vec(1, 0.6)
+    for query in ("dana", "dana wrist", "green tea"):
+        vn = minmax({h.memory.id: h.score for h in store.vector_search(NS, v, k=50)})
+        khits = store.keyword_search(NS, query, k=50)
+        kn = minmax({h.memory.id: h.score for h in khits})
+        top = khits[0].score
+        want = {
+            i: 0.4 * vn.get(i, 0.0) + 0.6 * top / (top + 0.2) * kn.get(i, 0.0) for i in {*vn, *kn}
+        }
+        rs = store.recall(NS, query, v, rerank=None, dedup=False)
+        assert {r.memory.id: r.score for r in rs} == pytest.approx(want)
+        if query == "dana":  # in every row: it weighs little, the best vector match wins
+            assert top < 0.1
+            assert ids(rs)[0] == "b"
+
+
+def minmax(scores: dict[str, float]) -> dict[str, float]:
+    lo, hi = min(scores.values()), max(scores.values())
+    return {i: (s - lo) / (hi - lo) if hi > lo else 1.0 for i, s in scores.items()}
+
+
 def test_no_neighbour_credit_where_storage_order_means_nothing(
     store: Store, request: pytest.FixtureRequest
 ) -> None:
@@ -657,6 +697,7 @@ FACTS = {
         ("alice", "green tea", "Alice drinks her tea without sugar"),
         ("alice", "what pet does Alice have?", "Alice adopted a grey cat named Pixel"),
         ("carol", "which languages does Carol speak", "Carol speaks Spanish and Portuguese"),
+        ("carol", "Carol's injuries", "Carol broke her wrist skiing in February"),
     ],
 )
 def test_the_obvious_fact_ranks_first_whatever_the_storage_order(

@@ -223,11 +223,14 @@ class Engine:
         fusion: Literal["convex", "rrf"],
         fusion_param: float,
         context: float,
+        keyword_half: float,
         quality: bool,
         dedup: bool,
     ) -> builtins.list[Recalled]:
         """Hybrid recall over (namespace, tiers or None) sources; ``fusion_param`` is alpha
-        (convex) or rrf_k; ``context`` the weight of the timeline neighbours (0 = none)."""
+        (convex) or rrf_k; ``context`` the weight of the timeline neighbours (0 = none);
+        ``keyword_half`` the BM25 score at which the keyword leg counts half under convex
+        fusion (0 = always its full weight)."""
     def reinforce_rows(self, rows: builtins.list[tuple[str, str]], accessed_at: int) -> None:
         """`reinforce` of (namespace, id) pairs across namespaces in one durable batch."""
 

@@ -47,6 +47,9 @@ pub struct RecallQuery<'a> {
     /// Neighbour context: when both legs ran, each candidate's fused score gains this times
     /// the best fused score of its timeline neighbours among the candidates (0 = none).
     pub context: f64,
+    /// The keyword score at which the keyword leg counts half under convex fusion
+    /// (`fusion::keyword_weight`; 0 = always its full weight).
+    pub keyword_half: f64,
     /// Rerank by `Memory.quality` at `spec.now`.
     pub quality: bool,
     /// Keep only the best row per content fingerprint.
@@ -180,6 +183,7 @@ fn recall(st: &State, snap: &Snapshot, q: &RecallQuery<'_>) -> Result<Vec<Recall
     let rule = Rule {
         fusion: q.fusion,
         context: q.context,
+        keyword_half: q.keyword_half,
         quality_at: q.quality.then_some(q.spec.now),
         dedup: q.dedup,
         k: q.k,

@@ -544,7 +544,7 @@ impl PyEngine {
         convert::hits(py, hits)
     }
 
-    #[pyo3(signature = (sources, query, vector, filter, k, pool, fusion, fusion_param, context, quality, dedup))]
+    #[pyo3(signature = (sources, query, vector, filter, k, pool, fusion, fusion_param, context, keyword_half, quality, dedup))]
     #[allow(
         clippy::too_many_arguments,
         reason = "recall's arguments, checked by the facade"
@@ -561,6 +561,7 @@ impl PyEngine {
         fusion: &str,
         fusion_param: f64,
         context: f64,
+        keyword_half: f64,
         quality: bool,
         dedup: bool,
     ) -> PyResult<Bound<'py, PyList>> {
@@ -586,6 +587,7 @@ impl PyEngine {
             pool: size(pool),
             fusion,
             context,
+            keyword_half,
             quality,
             dedup,
         };

@@ -128,6 +128,7 @@ pub fn fuse(
     let rule = Rule {
         fusion,
         context,
+        keyword_half: 0.0,
         quality_at: quality.then_some(now),
         dedup,
         k,

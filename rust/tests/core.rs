@@ -418,6 +418,7 @@ fn sizes_and_names_beyond_the_limits_are_refused_before_any_work() {
             pool,
             fusion: Fusion::Convex { alpha: 0.5 },
             context: 0.0,
+            keyword_half: 0.0,
             quality: false,
             dedup: true,
         })

@@ -630,12 +630,16 @@ class PgEngine:
         fusion: Literal["convex", "rrf"],
         fusion_param: float,
         context: float,
+        keyword_half: float,
         quality: bool,
         dedup: bool,
     ) -> builtins.list[Recalled]:
         """Both legs of every source and the candidates' timeline neighbours in one
         statement (one snapshot), the core's fusion rule (`memini._core.fuse`, the one the
         embedded recall runs), then the full rows of the final ``k`` in a second statement.
+        ``keyword_half`` is a BM25 score and ``ts_rank`` is not one (it has no document
+        frequencies, so its best score never says the words matched are in every row): the
+        keyword leg keeps its full weight here.
         A final row deleted between the two makes the recall run again (up to
         `_RECALL_ATTEMPTS` times; then it is left out)."""
         seen: set[str] = set()
