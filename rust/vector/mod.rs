@@ -516,16 +516,9 @@ mod tests {
 
     const DIMS: usize = 4;
 
-    /// Key `i`'s vector: distinct keys differ by far more than bfloat16's resolution (the
-    /// graphs' storage), so a key is its own nearest neighbour in the graph as in the rows.
     fn v(i: u64) -> Vec<f32> {
         let x = i as f32;
-        vec![
-            x / 1000.0,
-            (x * 0.37).sin(),
-            (x * 0.11).cos(),
-            (x * 0.53).sin(),
-        ]
+        vec![x, (x * 0.37).sin(), (x * 0.11).cos(), x.sqrt()]
     }
 
     fn index(n: u64) -> VectorIndex {
