@@ -532,7 +532,9 @@ mod tests {
     }
 
     fn all(vi: &VectorIndex, q: u64, k: usize) -> Vec<u64> {
-        let keys: Vec<u64> = (0..1000).filter(|key| vi.contains("n", *key)).collect();
+        // every key a test stores (up to 1,400): an exact fallback scans these, as it scans
+        // the namespace's rows in the store
+        let keys: Vec<u64> = (0..2000).filter(|key| vi.contains("n", *key)).collect();
         let all_keys = move || keys.clone();
         vi.search(
             "n",
