@@ -134,7 +134,8 @@ impl Graph {
         capacity: usize,
         p: &Permit<'_>,
     ) -> Result<Self> {
-        let index = Index::new(&options(dims, metric, scalar)).map_err(|e| usearch_err("create", e))?;
+        let index =
+            Index::new(&options(dims, metric, scalar)).map_err(|e| usearch_err("create", e))?;
         let g = Self {
             index,
             metric,

@@ -85,9 +85,10 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        k = simd("l2")
+        kernels = simd("l2")
+        graph, scan = kernels["vector_graph"], kernels["compact_scan"]
         print(f"memini {__version__}")
-        print(f"SIMD on this CPU: vector graph {k['vector_graph']}, compact scan {k['compact_scan']}")
+        print(f"SIMD on this CPU: vector graph {graph}, compact scan {scan}")
         parser.exit()
 
 
