@@ -105,7 +105,9 @@ run_tests() {  # run_tests PYTHON SELECT [LAUNCHER...]: the subset, on the insta
 }
 
 smoke() {  # smoke PYTHON [LAUNCHER...]: scripts/wheel_smoke.py from a directory without ./python
-  (cd "$OUT" && env PATH=/usr/bin:/bin "${@:2}" "$1" "$REPO/scripts/wheel_smoke.py")
+  local py=$1
+  [[ $py = /* ]] || py=$REPO/$py
+  (cd "$OUT" && env PATH=/usr/bin:/bin "${@:2}" "$py" "$REPO/scripts/wheel_smoke.py")
 }
 
 arm64_root() {  # Debian's arm64 python3 in build/arm64-root, unpacked (nothing run in it)
