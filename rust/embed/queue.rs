@@ -121,7 +121,12 @@ impl Batcher {
             }
             v
         } else {
-            self.queued(ids)
+            let n = ids.len();
+            let v = self.queued(ids);
+            if v.len() != n * dims {
+                return Err(Error::storage("local embedder", "the forward pass failed"));
+            }
+            v
         };
         let mut cache = self.cache.lock();
         for (&i, v) in missing.iter().zip(vectors.chunks_exact(dims)) {
@@ -173,7 +178,11 @@ impl Batcher {
             st.queued_texts -= texts;
             st.running += 1;
             drop(st);
-            let results = self.run(&batch);
+            // a panic in the pass (a bug) must not leave the callers of its batch waiting:
+            // they get no vectors, which `embed` reports as an error
+            let results =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&batch)))
+                    .unwrap_or_else(|_| batch.iter().map(|(t, _)| (*t, Vec::new())).collect());
             st = self.state.lock();
             st.running -= 1;
             st.done.extend(results);
