@@ -326,27 +326,9 @@ impl LocalModel {
             .collect())
     }
 
-    /// Embeds `texts`, `batch` at a time: row-major `texts.len() x dims` unit vectors. Asks
-    /// `interrupt` before each batch.
-    pub fn embed(&self, texts: &[String], batch: usize, interrupt: &Interrupt) -> Result<Vec<f32>> {
-        if batch == 0 {
-            return Err(Error::invalid("batch must be >= 1"));
-        }
-        let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let ids = self.token_ids_many(&inputs)?;
-        let dims = self.dims();
-        let mut out = vec![0f32; texts.len() * dims];
-        let rows: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
-        for (chunk, dst) in rows.chunks(batch).zip(out.chunks_mut(batch * dims)) {
-            interrupt()?;
-            self.forward(chunk, dst);
-        }
-        Ok(out)
-    }
-
     /// Sequences of word-piece ids through the encoder, mean-pooled and normalised, into
-    /// `out` (`seqs.len() x dims`).
-    pub fn forward(&self, seqs: &[&[u32]], out: &mut [f32]) {
+    /// `out` (`seqs.len() x dims`). Asks `interrupt` before each layer.
+    pub fn forward(&self, seqs: &[&[u32]], out: &mut [f32], interrupt: &Interrupt) -> Result<()> {
         let h = self.cfg.hidden;
         let seqs: Vec<&[u32]> = seqs
             .iter()
@@ -386,6 +368,7 @@ impl LocalModel {
         let mut attended = vec![0f32; tokens * h];
         let mut up = vec![0f32; tokens * self.cfg.intermediate];
         for layer in &self.layers {
+            interrupt()?;
             linear(&layer.qkv, &x, &mut qkv, Epilogue::None, parallel);
             {
                 let mut parts = Vec::with_capacity(seqs.len());
@@ -424,6 +407,7 @@ impl LocalModel {
         for (w, o) in starts.windows(2).zip(out.chunks_exact_mut(h)) {
             kernels::mean_pool_normalised(&x[w[0] * h..w[1] * h], o);
         }
+        Ok(())
     }
 }
 

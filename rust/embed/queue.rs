@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::LocalModel;
-use crate::error::{Error, Interrupt, Result};
+use crate::error::{uninterrupted, Error, Interrupt, Result};
 
 /// How a [`Batcher`] groups calls and how much it remembers.
 #[derive(Clone, Copy, Debug)]
@@ -89,7 +89,7 @@ impl Batcher {
     }
 
     /// Unit vectors of `texts`, row-major `texts.len() x dims`. A call of more than
-    /// `max_batch` texts runs on its own, asking `interrupt` between parts.
+    /// `max_batch` texts runs on its own, asking `interrupt` between layers.
     pub fn embed(&self, texts: &[String], interrupt: &Interrupt) -> Result<Vec<f32>> {
         let dims = self.model.dims();
         let mut out = vec![0f32; texts.len() * dims];
@@ -115,9 +115,8 @@ impl Batcher {
                 .chunks(self.cfg.max_batch)
                 .zip(v.chunks_mut(self.cfg.max_batch * dims))
             {
-                interrupt()?;
                 self.passes.fetch_add(1, Ordering::Relaxed);
-                self.model.forward(part, dst);
+                self.model.forward(part, dst, interrupt)?;
             }
             v
         } else {
@@ -199,7 +198,14 @@ impl Batcher {
             .collect();
         let mut out = vec![0f32; rows.len() * dims];
         self.passes.fetch_add(1, Ordering::Relaxed);
-        self.model.forward(&rows, &mut out);
+        // a batch serves several callers: one caller's Ctrl-C does not stop the others'
+        if self
+            .model
+            .forward(&rows, &mut out, &uninterrupted())
+            .is_err()
+        {
+            return batch.iter().map(|(t, _)| (*t, Vec::new())).collect();
+        }
         let mut at = 0;
         batch
             .iter()
