@@ -6,7 +6,7 @@
 //! - [`keyword`]: tantivy BM25;
 //! - [`rank`]: the ranking helpers (salience, confidence decay, quality);
 //! - [`engine`]: locking, group commit, recovery and search planning;
-//! - [`embed`]: the local text embedder (a BERT sentence model on candle);
+//! - [`embed`]: the local text embedder (a BERT sentence model, hand-written SIMD kernels);
 //! - [`limits`]: the largest sizes and names a caller may give, and their checks.
 //!
 //! The Python binding lives in `python/` behind the `python` feature; nothing else here

@@ -261,12 +261,29 @@ class Completions:
 
 @final
 class LocalModel:
-    """all-MiniLM-L6-v2 loaded from its ``model.safetensors`` and ``tokenizer.json`` bytes;
-    ``embed`` tokenizes and runs the model without the GIL. Thread-safe."""
+    """A BERT sentence model (all-MiniLM-L6-v2 unless ``config_json`` says otherwise) loaded
+    from its ``model.safetensors`` bytes and its ``tokenizer.json`` bytes (or ``vocab_path``),
+    behind the core's batching queue and vector cache; ``embed`` tokenizes and runs the model
+    without the GIL. Thread-safe."""
 
-    def __new__(cls, weights: bytes, tokenizer_json: bytes) -> LocalModel: ...
+    def __new__(
+        cls,
+        weights: bytes,
+        tokenizer_json: bytes | None = None,
+        *,
+        vocab_path: str | None = None,
+        config_json: str | None = None,
+        max_tokens: int = 256,
+        batch: int = 64,
+        max_wait: float = 0.002,
+        cache_size: int = 1024,
+    ) -> LocalModel: ...
     @property
     def dims(self) -> int: ...
+    @property
+    def cached(self) -> int: ...
+    @property
+    def passes(self) -> int: ...
     def token_ids(self, text: str) -> list[int]: ...
-    def embed(self, texts: list[str], batch: int) -> npt.NDArray[np.float32]:
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         """Unit vectors, shape (len(texts), dims)."""
