@@ -425,9 +425,7 @@ def test_remote_store_client_cpu(
 
     benchmark.group = "server: RemoteStore client CPU"
     benchmark.pedantic(run, rounds=1, iterations=1)
-    info = {
-        f"client_cpu_us_per_{name}": round(1e6 * seconds, 1) for name, seconds in out.items()
-    }
+    info = {f"client_cpu_us_per_{name}": round(1e6 * seconds, 1) for name, seconds in out.items()}
     info["calls"] = n
     info["goal_client_cpu_us_per_vector_search"] = 200
     benchmark.extra_info.update(info)
@@ -484,10 +482,7 @@ def test_vectors_base64_vs_arrays(
                     200 if name == "vector_search" else 20,
                 )
                 if name == "vector_search":
-                    bodies = [
-                        wire.dumps(encode(q)).decode()
-                        for q in data.queries[:100]  # noqa: B023
-                    ]
+                    bodies = [wire.dumps(encode(q)).decode() for q in data.queries[:100]]
                 else:
                     bodies = [body.decode()]
                 cpu0 = sum(server.cpu_times()[:2])

@@ -69,9 +69,7 @@ def bits(v: Any) -> bytes:
 def test_remote_store_round_trips_edge_values_bit_exact(served: Server) -> None:
     with memini.connect(served.url, api_key=ADMIN, retry_for=0) as s:
         s.upsert(Memory(id="e", namespace="n", content="edges", embedding=EDGES))
-        s.upsert_many(
-            [Memory(id="l", namespace="n", content="list", embedding=EDGES.tolist())]
-        )
+        s.upsert_many([Memory(id="l", namespace="n", content="list", embedding=EDGES.tolist())])
         s.update("n", "e", embedding=EDGES[::-1].copy())
         got = s.get_embedding("n", "e")
         assert got is not None and got.dtype == np.float32
@@ -89,9 +87,10 @@ def test_the_client_sends_base64_and_the_header() -> None:
     body = method.encode_args(method.bind(("n", EDGES), {}))
     assert body["vector"] == b64(EDGES)
     many = wire.METHODS["vector_search_many"]
-    assert many.encode_args(many.bind(("n", np.stack([EDGES, EDGES])), {}))["vectors"] == [
-        b64(EDGES)
-    ] * 2
+    assert (
+        many.encode_args(many.bind(("n", np.stack([EDGES, EDGES])), {}))["vectors"]
+        == [b64(EDGES)] * 2
+    )
     # a list of floats goes as the float32 the store would make of it
     assert method.encode_args(method.bind(("n", [0.1] * 4), {}))["vector"] == b64([0.1] * 4)
     # a value whose float32 overflows keeps its form: the store names the value it got

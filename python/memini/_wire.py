@@ -617,11 +617,9 @@ def _dataclass_decoder(cls: type) -> _Dec:
         if not required_set <= v.keys():
             missing = next(k for k in required if k not in v)
             raise InvalidArgumentError(f"{p} lacks the required field {missing!r} of a {name}")
-        out = {
-            k: x if type(x) in as_is[k] else fields[k](x, f"{p}.{k}") for k, x in v.items()
-        }
+        out = {k: x if type(x) in as_is[k] else fields[k](x, f"{p}.{k}") for k, x in v.items()}
         if plain_init and len(out) == len(known):
-            obj = _new(cls)
+            obj: Any = _new(cls)
             obj.__dict__ = out
             return obj
         return cls(**out)
@@ -643,7 +641,7 @@ def _plain_init(cls: type) -> bool:
         "__post_init__" not in dir(cls)
         and "__slots__" not in cls.__dict__
         and not cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
-        and cls.__setattr__ is object.__setattr__
+        and cls.__setattr__ is object.__setattr__  # type: ignore[comparison-overlap]
         and list(params) == [f.name for f in fields]
         and all(f.init for f in fields)
     )
@@ -781,7 +779,10 @@ class Method:
         a call that does not fit) but without its per-call work in the common case."""
         sig = self.signature
         params = list(sig.parameters.values())
-        exact = lambda args, kwargs: dict(sig.bind(*args, **kwargs).arguments)  # noqa: E731
+
+        def exact(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+            return dict(sig.bind(*args, **kwargs).arguments)
+
         if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
             return exact
         names = tuple(p.name for p in params)
@@ -789,7 +790,7 @@ class Method:
         required = [p.name for p in params if p.default is inspect.Parameter.empty]
 
         def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-            bound = dict(zip(names, args))
+            bound = dict(zip(names, args, strict=False))  # too many: refused below
             if (
                 len(args) <= len(names)
                 and kwargs.keys() <= known

@@ -248,7 +248,7 @@ class _Connection:
             return _Reply(status, reason.decode("latin-1"), body), keep
 
     def _chunks(self) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int(self.reader.readline(_MAX_LINE).split(b";")[0], 16)
             if size == 0:
@@ -366,7 +366,7 @@ def _lean(url: str) -> bool:
     proxies = urllib.request.getproxies_environment()
     if not ({"http", "all"} & proxies.keys()):
         return True
-    return bool(urllib.request.proxy_bypass_environment(parts.hostname, proxies))
+    return bool(urllib.request.proxy_bypass(parts.hostname))  # NO_PROXY
 
 
 # Clients opened in this process, closed in a forked child (their connections belong to the
