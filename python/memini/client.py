@@ -514,7 +514,8 @@ class RemoteStore(_Base):
         finally:
             with self._idle:
                 self._calls -= 1
-                self._idle.notify_all()
+                if self._closed:  # `close` waits for the last call
+                    self._idle.notify_all()
 
     def close(self) -> None:
         """Close this client's connections (the served store stays open) once the calls in
