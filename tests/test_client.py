@@ -6,6 +6,7 @@ answering in the shapes under test, and `memini serve`'s own app."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import inspect
 import json
@@ -21,7 +22,7 @@ import pytest
 import memini
 from memini import AuthError, MeminiError, NotFoundError, UnavailableError
 from memini import _wire as wire
-from memini.client import _Connections, _Httpx, _lean
+from memini.client import _AsyncConnections, _AsyncHttpx, _Connections, _Httpx, _lean
 from memini.server import Server, ServerOptions
 
 
@@ -38,6 +39,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         server.seen.append((self.path, headers, body, self.client_address))
         mode = server.mode
         answer = b"7"
+        if mode == "slow":  # answers after the client gave up
+            threading.Event().wait(1.0)
         if mode == "error":
             answer = json.dumps({"error": {"type": "NotFoundError", "message": "gone"}}).encode()
             self.send_response(404)
@@ -103,6 +106,53 @@ def test_every_answer_shape_http_allows_is_read(fake: Any, mode: str) -> None:
     assert len(clients) == (1 if mode in ("length", "chunked", "continue") else 2)
 
 
+@pytest.mark.parametrize("mode", ["length", "chunked", "close", "to-eof", "continue"])
+def test_the_async_client_reads_every_answer_shape(fake: Any, mode: str) -> None:
+    fake.mode = mode
+
+    async def main() -> None:
+        async with memini.aio.connect(_url(fake, "/prefix"), api_key="k", retry_for=0) as s:
+            assert isinstance(s._http, _AsyncConnections)
+            assert await s.count("n") == 7
+            assert await s.count("n") == 7
+
+    asyncio.run(main())
+    path, headers, _, _ = fake.seen[0]
+    assert (path, headers[wire.VECTOR_FORMAT]) == ("/prefix/v1/count", "base64")
+    assert len({seen[3] for seen in fake.seen}) == (
+        1 if mode != "close" and mode != "to-eof" else 2
+    )
+
+
+def test_an_async_call_cancelled_mid_answer_closes_its_connection(fake: Any) -> None:
+    """A connection whose call was cancelled before its answer came is closed, never reused
+    with half an answer in it."""
+
+    async def main() -> None:
+        async with memini.aio.connect(_url(fake), retry_for=0) as s:
+            assert await s.count("n") == 7
+            fake.mode = "slow"
+            task = asyncio.ensure_future(s.count("n"))
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            fake.mode = "length"
+            assert await s.count("n") == 7
+
+    asyncio.run(main())
+    assert len({seen[3] for seen in fake.seen}) == 2
+
+
+def test_the_async_client_says_when_a_server_is_unreachable() -> None:
+    async def main() -> None:
+        async with memini.aio.connect("http://127.0.0.1:9", retry_for=0) as s:
+            with pytest.raises(UnavailableError, match=r"did not answer ping\(\) \(ConnectError"):
+                await s.ping()
+
+    asyncio.run(main())
+
+
 def test_errors_are_read_from_any_answer(fake: Any) -> None:
     fake.mode = "error"
     with memini.connect(_url(fake), retry_for=0) as s:
@@ -151,6 +201,7 @@ def test_https_and_proxies_go_through_httpx(monkeypatch: pytest.MonkeyPatch) -> 
         assert isinstance(s._http, _Httpx)
     with memini.connect("http://memory.internal:8420") as s:
         assert isinstance(s._http, _Connections)
+    assert isinstance(memini.aio.connect("http://other.internal:8420")._http, _AsyncHttpx)
 
 
 @pytest.mark.parametrize("key", ["a\rb", "a\nb", "clé", "a\x00b"])

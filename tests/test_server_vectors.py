@@ -211,6 +211,8 @@ def test_remote_errors_match_the_local_store(served: Server, tmp_path: Path) -> 
     bad_values: list[Any] = [
         np.full(DIMS, np.nan, np.float32),
         np.full(DIMS, 1e39),  # overflows float32
+        np.array([1.0, 1e39, np.nan] + [1.0] * (DIMS - 3)),  # an overflow named first
+        [1.0, 2.0, float("nan")] + [1.0] * (DIMS - 3),
         np.ones(DIMS + 1, np.float32),
         np.ones((2, DIMS), np.float32),
         [1.0] * (DIMS - 1),

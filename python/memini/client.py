@@ -6,13 +6,17 @@ and the server cannot drift apart. Vectors travel as base64 of their float32 byt
 HTTP/1.1 connection pool (keep-alive) per client, safe to share between threads
 (`RemoteStore`) or tasks (`AsyncRemoteStore`).
 
-`RemoteStore` speaks HTTP/1.1 itself over its own keep-alive sockets (`_Connections`) for a
-plain ``http://`` URL reached without a proxy: httpx's client spent ~560 us of CPU per call
-(URL parsing, header models, h11's state machine, tracing), more than the server's work for
-a search. Measured against a live ``memini serve`` (20k rows, 384-d, k=10, process CPU time
-of the client over 200 calls, best of 3): ``vector_search`` 780 -> ~140 us. An ``https://``
-URL, or one a proxy variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes
-through httpx, which does TLS and proxies; so does `AsyncRemoteStore`.
+Both clients speak HTTP/1.1 themselves over their own keep-alive connections (`_Connections`
+on sockets, `_AsyncConnections` on asyncio streams, one answer parser, `_answer_parser`) for
+a plain ``http://`` URL reached without a proxy: httpx's client spent ~400-850 us of CPU per
+call (URL parsing, header models, h11's state machine, tracing), more than the server's
+work for a search. Measured against a live ``memini serve`` (20k rows, 384-d, k=10, process
+CPU time of a client process over 300 calls, best of 3, the old and new client alternated
+in one run on the loaded 2-core machine): `RemoteStore` ``vector_search`` 705 -> 183 us,
+``count`` 432 -> 52 us (`benches/bench_server.py::test_remote_store_client_cpu`);
+`AsyncRemoteStore` ``vector_search`` 1,047 -> 259 us. An ``https://`` URL, or one a proxy
+variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes through httpx,
+which does TLS and proxies.
 
 Failures and what to do about them:
 
@@ -34,6 +38,7 @@ Failures and what to do about them:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import os
@@ -43,7 +48,7 @@ import threading
 import time
 import urllib.request
 import weakref
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from types import NoneType, TracebackType
 from typing import Any, Concatenate, Final, ParamSpec, Protocol, Self, TypeVar
 from urllib.parse import urlsplit
@@ -163,6 +168,68 @@ _MAX_LINE: Final = 64 << 10  # bytes of a status or header line
 _MAX_HEADERS: Final = 256
 
 
+# What `_answer_parser` asks its reader for: a line (up to ``n`` bytes), exactly ``n`` bytes
+# (fewer at the end of the connection), or everything until the connection's end.
+_LINE, _EXACT, _REST = 0, 1, 2
+_Parser = Generator[tuple[int, int], bytes, tuple[_Reply, bool]]
+
+
+def _answer_parser() -> _Parser:
+    """Reads one HTTP/1.1 answer, whatever does the reading (`_Connection` with a socket,
+    `_AsyncConnection` with an asyncio stream): sends what it needs to read, gets the
+    bytes; returns the answer and whether the connection may be kept.
+
+    Raises:
+        httpx.RemoteProtocolError: The connection ended early.
+        ValueError: A malformed status line, header or chunk size.
+    """
+    while True:
+        line = yield _LINE, _MAX_LINE
+        if not line:
+            raise httpx.RemoteProtocolError("the server closed the connection unanswered")
+        version, _, rest = line.rstrip(b"\r\n").partition(b" ")
+        code, _, reason = rest.partition(b" ")
+        status = int(code)
+        length = -1
+        chunked = False
+        keep = version == b"HTTP/1.1"
+        for _ in range(_MAX_HEADERS):
+            line = yield _LINE, _MAX_LINE
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = value == b"chunked"
+            elif name == b"connection":
+                keep = value != b"close" and (keep or value == b"keep-alive")
+        else:
+            raise ValueError(f"more than {_MAX_HEADERS} header lines")
+        if 100 <= status < 200:  # an interim answer (none is asked for): the next one
+            continue
+        if status in (204, 304):  # never a body
+            body = b""
+        elif chunked:
+            parts: list[bytes] = []
+            while size := int((yield _LINE, _MAX_LINE).split(b";")[0], 16):
+                part = yield _EXACT, size
+                if len(part) != size or (yield _LINE, _MAX_LINE) not in (b"\r\n", b"\n"):
+                    raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
+                parts.append(part)
+            while (yield _LINE, _MAX_LINE) not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            body = b"".join(parts)
+        elif length >= 0:
+            body = yield _EXACT, length
+            if len(body) != length:
+                raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
+        else:  # the body runs to the end of the connection
+            body, keep = (yield _REST, 0), False
+        return _Reply(status, reason.decode("latin-1"), body), keep
+
+
 class _Connection:
     """One keep-alive connection: its socket and the buffered reader of its answers."""
 
@@ -198,71 +265,56 @@ class _Connection:
             raise httpx.WriteTimeout(str(e)) from e
         except OSError as e:
             raise httpx.WriteError(str(e)) from e
+        parser = _answer_parser()
+        reader = self.reader
         try:
-            return self._read()
+            kind, n = next(parser)
+            while True:
+                data = (
+                    reader.readline(n)
+                    if kind == _LINE
+                    else reader.read(n)
+                    if kind == _EXACT
+                    else reader.read()
+                )
+                kind, n = parser.send(data)
+        except StopIteration as done:
+            answer: tuple[_Reply, bool] = done.value
+            return answer
         except TimeoutError as e:
             raise httpx.ReadTimeout(str(e)) from e
         except OSError as e:
             raise httpx.ReadError(str(e)) from e
-        except ValueError as e:  # a malformed status line, header or chunk size
+        except ValueError as e:
             raise httpx.RemoteProtocolError(f"malformed answer: {e}") from e
-
-    def _read(self) -> tuple[_Reply, bool]:
-        read = self.reader.readline
-        while True:
-            line = read(_MAX_LINE)
-            if not line:
-                raise httpx.RemoteProtocolError("the server closed the connection unanswered")
-            version, _, rest = line.rstrip(b"\r\n").partition(b" ")
-            code, _, reason = rest.partition(b" ")
-            status = int(code)
-            length = -1
-            chunked = False
-            keep = version == b"HTTP/1.1"
-            for _ in range(_MAX_HEADERS):
-                line = read(_MAX_LINE)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-                name, _, value = line.partition(b":")
-                name = name.strip().lower()
-                if name == b"content-length":
-                    length = int(value)
-                elif name == b"transfer-encoding":
-                    chunked = value.strip().lower() == b"chunked"
-                elif name == b"connection":
-                    keep = value.strip().lower() != b"close" and (
-                        keep or value.strip().lower() == b"keep-alive"
-                    )
-            else:
-                raise ValueError(f"more than {_MAX_HEADERS} header lines")
-            if 100 <= status < 200:  # an interim answer (none is asked for): the next one
-                continue
-            if chunked:
-                body = self._chunks()
-            elif length >= 0:
-                body = self.reader.read(length)
-                if len(body) != length:
-                    raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
-            else:  # the body runs to the end of the connection
-                body, keep = self.reader.read(), False
-            return _Reply(status, reason.decode("latin-1"), body), keep
-
-    def _chunks(self) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            size = int(self.reader.readline(_MAX_LINE).split(b";")[0], 16)
-            if size == 0:
-                while self.reader.readline(_MAX_LINE) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(parts)
-            part = self.reader.read(size)
-            if len(part) != size or self.reader.readline(_MAX_LINE) not in (b"\r\n", b"\n"):
-                raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
-            parts.append(part)
 
     def close(self) -> None:
         self.reader.close()
         self.sock.close()
+
+
+class _Target:
+    """The server of `_Connections` and `_AsyncConnections`: its address, and the bytes of
+    a request's head, made once per path."""
+
+    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
+        parts = urlsplit(url)
+        assert parts.hostname is not None
+        self.address = (parts.hostname, parts.port or 80)
+        host = parts.netloc.rpartition("@")[2]
+        lines = "".join(f"{k}: {v}\r\n" for k, v in {"host": host, **headers}.items())
+        self._prefix = parts.path
+        self._head_lines = lines.encode("latin-1")
+        self._heads: dict[str, bytes] = {}
+
+    def request(self, path: str, content: bytes) -> bytes:
+        """The bytes of ``POST path`` with a JSON body."""
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = (
+                f"POST {self._prefix}{path} HTTP/1.1\r\n".encode() + self._head_lines
+            )
+        return b"%bcontent-length: %d\r\n\r\n%b" % (head, len(content), content)
 
 
 class _Connections:
@@ -275,14 +327,7 @@ class _Connections:
     def __init__(
         self, url: str, timeout: float, headers: Mapping[str, str], limit: int, idle: int
     ) -> None:
-        parts = urlsplit(url)
-        assert parts.hostname is not None
-        self._address = (parts.hostname, parts.port or 80)
-        host = parts.netloc.rpartition("@")[2]
-        lines = "".join(f"{k}: {v}\r\n" for k, v in {"host": host, **headers}.items())
-        self._prefix = parts.path
-        self._head_lines = lines.encode("latin-1")
-        self._heads: dict[str, bytes] = {}
+        self._target = _Target(url, headers)
         self._timeout = timeout
         self._idle: list[_Connection] = []
         self._max_idle = idle
@@ -292,12 +337,7 @@ class _Connections:
 
     def post(self, path: str, content: bytes) -> _Reply:
         """``POST path`` with a JSON body; the answer."""
-        head = self._heads.get(path)
-        if head is None:
-            head = self._heads[path] = (
-                f"POST {self._prefix}{path} HTTP/1.1\r\n".encode() + self._head_lines
-            )
-        request = b"%bcontent-length: %d\r\n\r\n%b" % (head, len(content), content)
+        request = self._target.request(path, content)
         if not self._slots.acquire(timeout=self._timeout):
             raise httpx.PoolTimeout(f"no connection free within {self._timeout} s")
         try:
@@ -317,7 +357,7 @@ class _Connections:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return _Connection(self._address, self._timeout)
+                return _Connection(self._target.address, self._timeout)
             if not conn.stale():
                 return conn
             conn.close()
@@ -356,6 +396,147 @@ class _Httpx:
 
     def close(self) -> None:
         self._client.close()
+
+
+class _AsyncConnection:
+    """`_Connection` for asyncio: one keep-alive connection's streams, on one event loop."""
+
+    __slots__ = ("loop", "reader", "writer")
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, loop: object
+    ) -> None:
+        self.reader, self.writer, self.loop = reader, writer, loop
+
+    @classmethod
+    async def open(cls, address: tuple[str, int], timeout: float) -> _AsyncConnection:
+        try:
+            async with asyncio.timeout(timeout):
+                # asyncio sets TCP_NODELAY on its TCP sockets
+                reader, writer = await asyncio.open_connection(*address, limit=_MAX_LINE)
+        except TimeoutError as e:
+            raise httpx.ConnectTimeout(str(e)) from e
+        except OSError as e:
+            raise httpx.ConnectError(str(e)) from e
+        return cls(reader, writer, asyncio.get_running_loop())
+
+    def stale(self) -> bool:
+        """Whether the idle connection was closed by the server, or belongs to another
+        event loop (one ``asyncio.run`` after another)."""
+        return (
+            self.loop is not asyncio.get_running_loop()
+            or self.reader.at_eof()
+            or self.writer.is_closing()
+        )
+
+    async def exchange(self, request: bytes, timeout: float) -> tuple[_Reply, bool]:
+        """Send one request, read its answer (within ``timeout`` s); the answer and whether
+        to keep the connection."""
+        reader = self.reader
+        parser = _answer_parser()
+        try:
+            async with asyncio.timeout(timeout):
+                self.writer.write(request)
+                await self.writer.drain()
+                kind, n = next(parser)
+                while True:
+                    if kind == _LINE:
+                        data = await reader.readline()
+                    elif kind == _EXACT:
+                        try:
+                            data = await reader.readexactly(n)
+                        except asyncio.IncompleteReadError as e:
+                            data = e.partial
+                    else:
+                        data = await reader.read()
+                    kind, n = parser.send(data)
+        except StopIteration as done:
+            answer: tuple[_Reply, bool] = done.value
+            return answer
+        except TimeoutError as e:
+            raise httpx.ReadTimeout(f"no answer within {timeout} s") from e
+        except OSError as e:
+            raise httpx.ReadError(str(e)) from e
+        except ValueError as e:  # a malformed answer, or a line over the stream's limit
+            raise httpx.RemoteProtocolError(f"malformed answer: {e}") from e
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # its event loop is closed: nothing to do
+            self.writer.close()
+
+
+class _AsyncConnections:
+    """`_Connections` for `AsyncRemoteStore`: keep-alive asyncio streams, at most ``limit``
+    at once, ``idle`` kept between calls; httpx's exceptions, as `_AsyncHttpx`'s."""
+
+    def __init__(
+        self, url: str, timeout: float, headers: Mapping[str, str], limit: int, idle: int
+    ) -> None:
+        self._target = _Target(url, headers)
+        self._timeout = timeout
+        self._idle: list[_AsyncConnection] = []
+        self._max_idle = idle
+        self._slots = asyncio.Semaphore(limit)
+        self._closed = False
+
+    async def post(self, path: str, content: bytes) -> _Reply:
+        """``POST path`` with a JSON body; the answer."""
+        request = self._target.request(path, content)
+        if self._slots.locked():  # every connection busy: wait for one
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            except TimeoutError as e:
+                raise httpx.PoolTimeout(f"no connection free within {self._timeout} s") from e
+        else:
+            await self._slots.acquire()
+        try:
+            conn = None
+            while self._idle and conn is None:
+                conn = self._idle.pop()
+                if conn.stale():
+                    conn.close()
+                    conn = None
+            if conn is None:
+                conn = await _AsyncConnection.open(self._target.address, self._timeout)
+            try:
+                reply, keep = await conn.exchange(request, self._timeout)
+            except BaseException:  # cancelled mid-answer included: the stream is unusable
+                conn.close()
+                raise
+            if keep and not self._closed and len(self._idle) < self._max_idle:
+                self._idle.append(conn)
+            else:
+                conn.close()
+            return reply
+        finally:
+            self._slots.release()
+
+    async def aclose(self) -> None:
+        """Close the idle connections (and each busy one as its call ends)."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class _AsyncHttpx:
+    """`AsyncRemoteStore`'s HTTP client through httpx: for ``https://`` and proxies."""
+
+    def __init__(
+        self, url: str, timeout: float, headers: Mapping[str, str], limit: int, idle: int
+    ) -> None:
+        self._client = httpx.AsyncClient(
+            base_url=url,
+            timeout=timeout,
+            headers=headers,
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=idle),
+        )
+
+    async def post(self, path: str, content: bytes) -> httpx.Response:
+        return await self._client.post(path, content=content)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
 
 
 def _lean(url: str) -> bool:
@@ -619,11 +800,9 @@ class AsyncRemoteStore(_Base):
     ) -> None:
         """Internal: use `memini.aio.connect`."""
         super().__init__(url, api_key, timeout, retry_for)
-        self._http = httpx.AsyncClient(
-            base_url=self._url,
-            timeout=timeout,
-            headers=self._headers,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+        client = _AsyncConnections if _lean(self._url) else _AsyncHttpx
+        self._http: _AsyncConnections | _AsyncHttpx = client(
+            self._url, timeout, self._headers, 64, 32
         )
 
     async def _call(self, method: wire.Method, bound: Mapping[str, Any]) -> Any:
@@ -632,7 +811,7 @@ class AsyncRemoteStore(_Base):
         for attempt in itertools.count():
             failed: _Answer | Exception
             try:
-                failed = response = await self._http.post(method.path, content=body)
+                failed = response = await self._http.post(method.path, body)
             except httpx.TransportError as e:
                 self._check()
                 failed = e
