@@ -276,3 +276,23 @@ def test_decoding_keeps_every_value(tmp_path: Path) -> None:
             )
     finally:
         server.stop()
+
+
+def test_the_httpx_path_answers_as_the_lean_one(fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What https and proxied URLs use (httpx) reads answers and errors the same way."""
+    monkeypatch.setattr("memini.client._lean", lambda url: False)
+    with memini.connect(_url(fake), api_key="k", retry_for=0) as s:
+        assert isinstance(s._http, _Httpx)
+        assert s.count("n") == 7
+        fake.mode = "error"
+        with pytest.raises(NotFoundError, match="gone"):
+            s.count("n")
+
+    async def main() -> None:
+        async with memini.aio.connect(_url(fake), retry_for=0) as a:
+            assert isinstance(a._http, _AsyncHttpx)
+            fake.mode = "chunked"
+            assert await a.count("n") == 7
+
+    asyncio.run(main())
+    assert fake.seen[0][1][wire.VECTOR_FORMAT] == "base64"

@@ -378,18 +378,25 @@ class _Connections:
             conn.close()
 
 
+def _httpx_options(
+    url: str, timeout: float, headers: Mapping[str, str], limit: int, idle: int
+) -> dict[str, Any]:
+    """The options of `_Httpx`'s and `_AsyncHttpx`'s httpx clients."""
+    return {
+        "base_url": url,
+        "timeout": timeout,
+        "headers": headers,
+        "limits": httpx.Limits(max_connections=limit, max_keepalive_connections=idle),
+    }
+
+
 class _Httpx:
     """`RemoteStore`'s HTTP client through httpx: for ``https://`` and proxies."""
 
     def __init__(
         self, url: str, timeout: float, headers: Mapping[str, str], limit: int, idle: int
     ) -> None:
-        self._client = httpx.Client(
-            base_url=url,
-            timeout=timeout,
-            headers=headers,
-            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=idle),
-        )
+        self._client = httpx.Client(**_httpx_options(url, timeout, headers, limit, idle))
 
     def post(self, path: str, content: bytes) -> httpx.Response:
         return self._client.post(path, content=content)
@@ -525,12 +532,7 @@ class _AsyncHttpx:
     def __init__(
         self, url: str, timeout: float, headers: Mapping[str, str], limit: int, idle: int
     ) -> None:
-        self._client = httpx.AsyncClient(
-            base_url=url,
-            timeout=timeout,
-            headers=headers,
-            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=idle),
-        )
+        self._client = httpx.AsyncClient(**_httpx_options(url, timeout, headers, limit, idle))
 
     async def post(self, path: str, content: bytes) -> httpx.Response:
         return await self._client.post(path, content=content)
