@@ -25,6 +25,14 @@ from memini import _wire as wire
 from memini.client import _AsyncConnections, _AsyncHttpx, _Connections, _Httpx, _lean
 from memini.server import Server, ServerOptions
 
+# Answers HTTP does not allow, or cut short
+_BROKEN = {
+    "hang-up": b"",
+    "junk": b"HTTP/1.1 seven OK\r\n\r\n",
+    "short": b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n7",
+    "short-chunk": b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\n7",
+}
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """Answers ``POST /v1/count`` with 7 in the shape named by the server's ``mode``; the
@@ -39,6 +47,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         server.seen.append((self.path, headers, body, self.client_address))
         mode = server.mode
         answer = b"7"
+        if mode in _BROKEN:  # written as is, then the connection closed
+            self.wfile.write(_BROKEN[mode])
+            self.close_connection = True
+            return
         if mode == "slow":  # answers after the client gave up
             threading.Event().wait(1.0)
         if mode == "error":
@@ -122,6 +134,36 @@ def test_the_async_client_reads_every_answer_shape(fake: Any, mode: str) -> None
     assert len({seen[3] for seen in fake.seen}) == (
         1 if mode != "close" and mode != "to-eof" else 2
     )
+
+
+@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("mode", sorted(_BROKEN))
+def test_a_broken_answer_is_a_protocol_error_and_the_server_unavailable(
+    fake: Any, mode: str, lean: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer HTTP does not allow, or one cut short, is httpx's ``RemoteProtocolError``
+    (h11's, in both clients, as through httpx): the server is unavailable, and a write may
+    or may not have been applied."""
+    monkeypatch.setattr("memini.client._lean", lambda url: lean)
+    fake.mode = mode
+    unanswered = r"did not answer count\(\) \(RemoteProtocolError: "
+    with memini.connect(_url(fake), retry_for=0) as s:
+        with pytest.raises(UnavailableError, match=unanswered):
+            s.count("n")
+        with pytest.raises(UnavailableError, match="may or may not have been applied"):
+            s.delete("n", "x")
+        fake.mode = "length"
+        assert s.count("n") == 7  # on a new connection
+
+    async def main() -> None:
+        fake.mode = mode
+        async with memini.aio.connect(_url(fake), retry_for=0) as a:
+            with pytest.raises(UnavailableError, match=unanswered):
+                await a.count("n")
+            fake.mode = "length"
+            assert await a.count("n") == 7
+
+    asyncio.run(main())
 
 
 def test_an_async_call_cancelled_mid_answer_closes_its_connection(fake: Any) -> None:

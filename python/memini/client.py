@@ -6,17 +6,18 @@ and the server cannot drift apart. Vectors travel as base64 of their float32 byt
 HTTP/1.1 connection pool (keep-alive) per client, safe to share between threads
 (`RemoteStore`) or tasks (`AsyncRemoteStore`).
 
-Both clients speak HTTP/1.1 themselves over their own keep-alive connections (`_Connections`
-on sockets, `_AsyncConnections` on asyncio streams, one answer parser, `_answer_parser`) for
-a plain ``http://`` URL reached without a proxy: httpx's client spent ~400-850 us of CPU per
-call (URL parsing, header models, h11's state machine, tracing), more than the server's
-work for a search. Measured against a live ``memini serve`` (20k rows, 384-d, k=10, process
-CPU time of a client process over 300 calls, best of 3, the old and new client alternated
-in one run on the loaded 2-core machine): `RemoteStore` ``vector_search`` 705 -> 183 us,
-``count`` 432 -> 52 us (`benches/bench_server.py::test_remote_store_client_cpu`);
-`AsyncRemoteStore` ``vector_search`` 1,047 -> 259 us. An ``https://`` URL, or one a proxy
-variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes through httpx,
-which does TLS and proxies.
+Both clients keep their own HTTP/1.1 connections (`_Connections` on sockets,
+`_AsyncConnections` on asyncio streams; h11 frames requests and reads answers for both, in
+`_Http11`) for a plain ``http://`` URL reached without a proxy: httpx's client spent
+~400-850 us of CPU per call (URL parsing, header models, pools, tracing), more than the
+server's work for a search. Client CPU per call against a live ``memini serve`` (5k rows,
+384-d, k=10; process CPU time of a client process over 300 calls, best of 3;
+`benches/bench_server.py::test_remote_store_client_cpu`): `RemoteStore` ``vector_search``
+274 us, ``count`` 127 us; `AsyncRemoteStore` 307 and 153 us (httpx, at 20k rows: 705, 432
+and 1,047 us for ``vector_search``, ``count`` and the async ``vector_search``; a
+hand-written answer parser in h11's place: ~70-80 us less per call). An ``https://`` URL,
+or one a proxy variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes
+through httpx, which does TLS and proxies.
 
 Failures and what to do about them:
 
@@ -53,6 +54,7 @@ from types import NoneType, TracebackType
 from typing import Any, Concatenate, Final, ParamSpec, Protocol, Self, TypeVar
 from urllib.parse import urlsplit
 
+import h11
 import httpx
 
 from memini import _wire as wire
@@ -164,76 +166,68 @@ class _Reply:
         self.content = content
 
 
-_MAX_LINE: Final = 64 << 10  # bytes of a status or header line
-_MAX_HEADERS: Final = 256
+_MAX_HEAD: Final = 64 << 10  # bytes of an answer's head (status line and headers)
+_READ: Final = 64 << 10  # bytes asked of the connection at once
 
 
-# What `_answer_parser` asks its reader for: a line (up to ``n`` bytes), exactly ``n`` bytes
-# (fewer at the end of the connection), or everything until the connection's end.
-_LINE, _EXACT, _REST = 0, 1, 2
-_Parser = Generator[tuple[int, int], bytes, tuple[_Reply, bool]]
+class _Http11:
+    """One connection's HTTP/1.1 (h11's state machine), whatever carries its bytes
+    (`_Connection` a socket, `_AsyncConnection` an asyncio stream): the bytes of a request,
+    then the answer read from the bytes fed to `answer`. h11's protocol errors are httpx's,
+    as httpx's own clients raise them."""
 
+    __slots__ = ("_h",)
 
-def _answer_parser() -> _Parser:
-    """Reads one HTTP/1.1 answer, whatever does the reading (`_Connection` with a socket,
-    `_AsyncConnection` with an asyncio stream): sends what it needs to read, gets the
-    bytes; returns the answer and whether the connection may be kept.
+    def __init__(self) -> None:
+        self._h = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
 
-    Raises:
-        httpx.RemoteProtocolError: The connection ended early.
-        ValueError: A malformed status line, header or chunk size.
-    """
-    while True:
-        line = yield _LINE, _MAX_LINE
-        if not line:
-            raise httpx.RemoteProtocolError("the server closed the connection unanswered")
-        version, _, rest = line.rstrip(b"\r\n").partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        status = int(code)
-        length = -1
-        chunked = False
-        keep = version == b"HTTP/1.1"
-        for _ in range(_MAX_HEADERS):
-            line = yield _LINE, _MAX_LINE
-            if line in (b"\r\n", b"\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            name, value = name.strip().lower(), value.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = value == b"chunked"
-            elif name == b"connection":
-                keep = value != b"close" and (keep or value == b"keep-alive")
-        else:
-            raise ValueError(f"more than {_MAX_HEADERS} header lines")
-        if 100 <= status < 200:  # an interim answer (none is asked for): the next one
-            continue
-        if status in (204, 304):  # never a body
-            body = b""
-        elif chunked:
-            parts: list[bytes] = []
-            while size := int((yield _LINE, _MAX_LINE).split(b";")[0], 16):
-                part = yield _EXACT, size
-                if len(part) != size or (yield _LINE, _MAX_LINE) not in (b"\r\n", b"\n"):
-                    raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
-                parts.append(part)
-            while (yield _LINE, _MAX_LINE) not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            body = b"".join(parts)
-        elif length >= 0:
-            body = yield _EXACT, length
-            if len(body) != length:
-                raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
-        else:  # the body runs to the end of the connection
-            body, keep = (yield _REST, 0), False
-        return _Reply(status, reason.decode("latin-1"), body), keep
+    def request(self, start: h11.Request, content: bytes) -> bytes:
+        """The bytes of the request ``start`` with its body ``content``."""
+        h = self._h
+        return b"".join(
+            (
+                h.send(start) or b"",
+                h.send(h11.Data(data=content)) or b"",
+                h.send(h11.EndOfMessage()) or b"",
+            )
+        )
+
+    def answer(self) -> Generator[None, bytes, tuple[_Reply, bool]]:
+        """Reads the answer from the bytes sent in (``b""`` = the connection's end); returns
+        it and whether the connection may be kept (both sides done, keep-alive, nothing
+        more sent), made ready for the next request if so.
+
+        Raises:
+            httpx.RemoteProtocolError: A malformed answer, or the connection ended early.
+        """
+        h = self._h
+        status, reason, parts = 0, b"", []
+        try:
+            while True:
+                event = h.next_event()
+                if event is h11.NEED_DATA:
+                    h.receive_data((yield))
+                elif type(event) is h11.Data:
+                    parts.append(event.data)
+                elif type(event) is h11.Response:
+                    status, reason = event.status_code, event.reason
+                elif type(event) is h11.EndOfMessage:
+                    break
+                elif type(event) is h11.ConnectionClosed:  # h11 raises before an end: a guard
+                    raise httpx.RemoteProtocolError("the server closed the connection")
+                # else an interim answer (100 Continue; none is asked for): the next one
+        except h11.RemoteProtocolError as e:
+            raise httpx.RemoteProtocolError(f"malformed or unfinished answer: {e}") from e
+        keep = h.our_state is h.their_state is h11.DONE and not h.trailing_data[0]
+        if keep:
+            h.start_next_cycle()
+        return _Reply(status, reason.decode("latin-1"), b"".join(parts)), keep
 
 
 class _Connection:
-    """One keep-alive connection: its socket and the buffered reader of its answers."""
+    """One keep-alive connection: its socket and its HTTP/1.1 state."""
 
-    __slots__ = ("reader", "sock")
+    __slots__ = ("http", "sock")
 
     def __init__(self, address: tuple[str, int], timeout: float) -> None:
         try:
@@ -243,7 +237,7 @@ class _Connection:
         except OSError as e:  # refused, unreachable, unknown host: the request never left
             raise httpx.ConnectError(str(e)) from e
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = self.sock.makefile("rb")
+        self.http = _Http11()
 
     def stale(self) -> bool:
         """Whether the idle connection was closed by the server (readable = EOF or junk)."""
@@ -256,72 +250,76 @@ class _Connection:
         except (OSError, ValueError):
             return True
 
-    def exchange(self, request: bytes) -> tuple[_Reply, bool]:
+    def exchange(self, start: h11.Request, content: bytes) -> tuple[_Reply, bool]:
         """Send one request, read its answer; the answer and whether to keep the
         connection."""
+        data = self.http.request(start, content)
         try:
-            self.sock.sendall(request)
+            self.sock.sendall(data)
         except TimeoutError as e:
             raise httpx.WriteTimeout(str(e)) from e
         except OSError as e:
             raise httpx.WriteError(str(e)) from e
-        parser = _answer_parser()
-        reader = self.reader
+        answer = self.http.answer()
+        recv = self.sock.recv
         try:
-            kind, n = next(parser)
+            next(answer)
             while True:
-                data = (
-                    reader.readline(n)
-                    if kind == _LINE
-                    else reader.read(n)
-                    if kind == _EXACT
-                    else reader.read()
-                )
-                kind, n = parser.send(data)
+                answer.send(recv(_READ))
         except StopIteration as done:
-            answer: tuple[_Reply, bool] = done.value
-            return answer
+            reply: tuple[_Reply, bool] = done.value
+            return reply
         except TimeoutError as e:
             raise httpx.ReadTimeout(str(e)) from e
         except OSError as e:
             raise httpx.ReadError(str(e)) from e
-        except ValueError as e:
-            raise httpx.RemoteProtocolError(f"malformed answer: {e}") from e
 
     def close(self) -> None:
-        self.reader.close()
         self.sock.close()
 
 
 class _Target:
-    """The server of `_Connections` and `_AsyncConnections`: its address, and the bytes of
-    a request's head, made once per path."""
+    """The server of `_Connections` and `_AsyncConnections`: its address, and the start of
+    a request (h11 checks its headers once per path and body length, not per call)."""
+
+    _KEPT: Final = 256  # requests kept (most calls repeat a path and a body length)
 
     def __init__(self, url: str, headers: Mapping[str, str]) -> None:
         parts = urlsplit(url)
         assert parts.hostname is not None
         self.address = (parts.hostname, parts.port or 80)
         host = parts.netloc.rpartition("@")[2]
-        lines = "".join(f"{k}: {v}\r\n" for k, v in {"host": host, **headers}.items())
         self._prefix = parts.path
-        self._head_lines = lines.encode("latin-1")
-        self._heads: dict[str, bytes] = {}
+        self._headers = list({"host": host, **headers}.items())
+        self._requests: dict[tuple[str, int], h11.Request] = {}
 
-    def request(self, path: str, content: bytes) -> bytes:
-        """The bytes of ``POST path`` with a JSON body."""
-        head = self._heads.get(path)
-        if head is None:
-            head = self._heads[path] = (
-                f"POST {self._prefix}{path} HTTP/1.1\r\n".encode() + self._head_lines
-            )
-        return b"%bcontent-length: %d\r\n\r\n%b" % (head, len(content), content)
+    def request(self, path: str, length: int) -> h11.Request:
+        """The start of ``POST path`` with a JSON body of ``length`` bytes.
+
+        Raises:
+            httpx.LocalProtocolError: A target or header HTTP does not allow.
+        """
+        start = self._requests.get((path, length))
+        if start is None:
+            try:
+                start = h11.Request(
+                    method="POST",
+                    target=self._prefix + path,
+                    headers=[*self._headers, ("content-length", str(length))],
+                )
+            except h11.LocalProtocolError as e:
+                raise httpx.LocalProtocolError(str(e)) from e
+            if len(self._requests) >= self._KEPT:
+                self._requests.clear()
+            self._requests[path, length] = start
+        return start
 
 
 class _Connections:
     """`RemoteStore`'s HTTP/1.1 client for a plain ``http://`` server (see the module docs):
     keep-alive connections (at most ``limit`` at once, ``idle`` kept between calls), each
-    request's head built from bytes made once per path, sent in one write (no Nagle delay),
-    the answer read with a buffered reader. Failures are httpx's exceptions
+    request framed by h11 (`_Http11`) and sent in one write (no Nagle delay). Failures are
+    httpx's exceptions
     (`httpx.ConnectError` when the request never left), as `_Httpx`'s are."""
 
     def __init__(
@@ -337,13 +335,13 @@ class _Connections:
 
     def post(self, path: str, content: bytes) -> _Reply:
         """``POST path`` with a JSON body; the answer."""
-        request = self._target.request(path, content)
+        start = self._target.request(path, len(content))
         if not self._slots.acquire(timeout=self._timeout):
             raise httpx.PoolTimeout(f"no connection free within {self._timeout} s")
         try:
             conn = self._take()
             try:
-                reply, keep = conn.exchange(request)
+                reply, keep = conn.exchange(start, content)
             except BaseException:
                 conn.close()
                 raise
@@ -408,19 +406,20 @@ class _Httpx:
 class _AsyncConnection:
     """`_Connection` for asyncio: one keep-alive connection's streams, on one event loop."""
 
-    __slots__ = ("loop", "reader", "writer")
+    __slots__ = ("http", "loop", "reader", "writer")
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, loop: object
     ) -> None:
         self.reader, self.writer, self.loop = reader, writer, loop
+        self.http = _Http11()
 
     @classmethod
     async def open(cls, address: tuple[str, int], timeout: float) -> _AsyncConnection:
         try:
             async with asyncio.timeout(timeout):
                 # asyncio sets TCP_NODELAY on its TCP sockets
-                reader, writer = await asyncio.open_connection(*address, limit=_MAX_LINE)
+                reader, writer = await asyncio.open_connection(*address, limit=_READ)
         except TimeoutError as e:
             raise httpx.ConnectTimeout(str(e)) from e
         except OSError as e:
@@ -436,36 +435,28 @@ class _AsyncConnection:
             or self.writer.is_closing()
         )
 
-    async def exchange(self, request: bytes, timeout: float) -> tuple[_Reply, bool]:
+    async def exchange(
+        self, start: h11.Request, content: bytes, timeout: float
+    ) -> tuple[_Reply, bool]:
         """Send one request, read its answer (within ``timeout`` s); the answer and whether
         to keep the connection."""
-        reader = self.reader
-        parser = _answer_parser()
+        data = self.http.request(start, content)
+        answer = self.http.answer()
+        read = self.reader.read
         try:
             async with asyncio.timeout(timeout):
-                self.writer.write(request)
+                self.writer.write(data)
                 await self.writer.drain()
-                kind, n = next(parser)
+                next(answer)
                 while True:
-                    if kind == _LINE:
-                        data = await reader.readline()
-                    elif kind == _EXACT:
-                        try:
-                            data = await reader.readexactly(n)
-                        except asyncio.IncompleteReadError as e:
-                            data = e.partial
-                    else:
-                        data = await reader.read()
-                    kind, n = parser.send(data)
+                    answer.send(await read(_READ))
         except StopIteration as done:
-            answer: tuple[_Reply, bool] = done.value
-            return answer
+            reply: tuple[_Reply, bool] = done.value
+            return reply
         except TimeoutError as e:
             raise httpx.ReadTimeout(f"no answer within {timeout} s") from e
         except OSError as e:
             raise httpx.ReadError(str(e)) from e
-        except ValueError as e:  # a malformed answer, or a line over the stream's limit
-            raise httpx.RemoteProtocolError(f"malformed answer: {e}") from e
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # its event loop is closed: nothing to do
@@ -488,7 +479,7 @@ class _AsyncConnections:
 
     async def post(self, path: str, content: bytes) -> _Reply:
         """``POST path`` with a JSON body; the answer."""
-        request = self._target.request(path, content)
+        start = self._target.request(path, len(content))
         if self._slots.locked():  # every connection busy: wait for one
             try:
                 await asyncio.wait_for(self._slots.acquire(), self._timeout)
@@ -506,7 +497,7 @@ class _AsyncConnections:
             if conn is None:
                 conn = await _AsyncConnection.open(self._target.address, self._timeout)
             try:
-                reply, keep = await conn.exchange(request, self._timeout)
+                reply, keep = await conn.exchange(start, content, self._timeout)
             except BaseException:  # cancelled mid-answer included: the stream is unusable
                 conn.close()
                 raise
