@@ -247,6 +247,29 @@ class Completions:
     def drain(self) -> None: ...
 
 @final
+class Front:
+    """The HTTP front of ``memini serve`` (rust/serve): bound to ``host:port`` at once,
+    serving from ``serve`` (auth from the keys of ``set_keys``, every request forwarded to
+    the app on the Unix socket ``app`` with ``token``) until ``stop``; ``wait`` waits up to
+    ``timeout`` s for its connections to end."""
+
+    def __new__(cls, host: str, port: int, backlog: int, admin: str | None) -> Front: ...
+    @property
+    def port(self) -> int: ...
+    def serve(
+        self,
+        app: str,
+        token: str,
+        max_body: int,
+        body_timeout: float,
+        header_timeout: float,
+        max_connections: int,
+    ) -> None: ...
+    def set_keys(self, open: bool, keys: list[tuple[str, str, str, str, bool]]) -> None: ...
+    def stop(self) -> None: ...
+    def wait(self, timeout: float) -> bool: ...
+
+@final
 class LocalModel:
     """all-MiniLM-L6-v2 loaded from its ``model.safetensors`` and ``tokenizer.json`` bytes;
     ``embed`` tokenizes and runs the model without the GIL. Thread-safe."""

@@ -5,8 +5,13 @@ REST/JSON under ``/v1`` (one ``POST /v1/<method>`` per `Store` method, arguments
 ``/mcp``; `memini.client.RemoteStore` is the client. Needs the ``memini[server]`` extra
 (Starlette, uvicorn, orjson, mcp); ``import memini`` never imports this package.
 
-The stack, chosen by measurement (README, "Serving"): Starlette on uvicorn (uvloop +
-httptools, each answer sent in one write: `memini.server._http`), bodies with orjson.
+The stack, chosen by measurement (README, "Serving"): the HTTP front in the core
+(`memini._core.Front`, rust/serve: hyper on a tokio runtime with a thread per core) listens
+on the public address, decides auth once per request from the key snapshot the gate pushes
+to it (`Gate.attach`), applies the body and header limits and the connection cap, and
+forwards to the Starlette app on uvicorn (uvloop + httptools, each answer sent in one write:
+`memini.server._http`), which listens on a Unix socket in a private (0700) directory and
+believes the front's decision only beside a per-process random token. Bodies with orjson.
 SIGTERM/SIGINT stop accepting, answer 503 to new calls on open connections, finish those in
 flight, write the queued event rows and close the store.
 """
@@ -15,8 +20,11 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import types
 from dataclasses import dataclass
@@ -27,6 +35,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 import memini
+from memini._core import Front
 from memini.errors import InvalidArgumentError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
@@ -90,8 +99,11 @@ class _Uvicorn(uvicorn.Server):
 
     service: Service
 
+    front: Front
+
     def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
         self.service.draining = True
+        self.front.stop()  # no new connections; open ones close once answered
         super().handle_exit(sig, frame)
 
 
@@ -129,6 +141,7 @@ class Server:
             if opts.events
             else None
         )
+        self._admin = admin or None
         self.service = Service(store, gate, recorder, opts.backup_dir)
         mcp = None
         if opts.mcp:
@@ -146,7 +159,8 @@ class Server:
             metrics_every=opts.metrics_every,
             metrics_admin_only=opts.metrics_admin_only,
         )
-        self._sock: socket.socket | None = None
+        self._front: Front | None = None
+        self._private: str | None = None  # the directory of the app's Unix socket
         self._uvicorn: _Uvicorn | None = None
         self._thread: threading.Thread | None = None
 
@@ -171,29 +185,25 @@ class Server:
             store.close()
             raise
 
-    def bind(self) -> socket.socket:
-        """Bind the listening socket now (``port=0`` picks a free port, see `port`)."""
-        if self._sock is None:
-            family = socket.AF_INET6 if ":" in self.options.host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.options.host, self.options.port))
-            sock.listen(2048)
-            sock.set_inheritable(True)
-            self._sock = sock
+    def bind(self) -> Front:
+        """Bind the public address now (``port=0`` picks a free port, see `port`): the
+        HTTP front listens there from now on and serves from `run` or `start`."""
+        if self._front is None:
+            opts = self.options
+            self._front = Front(opts.host, opts.port, 2048, self._admin)
             if self.service.gate.open:  # said when a socket opens (not for MCP over stdio)
                 _LOG.warning(
                     "no %s and no API key stored: serving WITHOUT authentication on "
                     "loopback %s (key management and backup still need the admin secret)",
                     ADMIN_KEY_ENV,
-                    self.options.host,
+                    opts.host,
                 )
-        return self._sock
+        return self._front
 
     @property
     def port(self) -> int:
         """The bound port."""
-        return int(self.bind().getsockname()[1])
+        return self.bind().port
 
     @property
     def url(self) -> str:
@@ -202,35 +212,63 @@ class Server:
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{self.port}"
 
-    def _config(self) -> _Uvicorn:
+    def _launch(self) -> tuple[_Uvicorn, socket.socket]:
+        """uvicorn on a Unix socket in a new private directory, and the front serving in
+        front of it (its requests wait in the socket's backlog until uvicorn runs)."""
+        front = self.bind()
+        opts = self.options
+        self._private = tempfile.mkdtemp(prefix="memini-serve-")  # mode 0700
+        path = os.path.join(self._private, "app.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+        sock.listen(2048)
+        token = secrets.token_urlsafe(32)
+        self.service.gate.attach(front, token.encode())
+        front.serve(
+            path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
+            opts.max_connections,
+        )  # fmt: skip
         config = uvicorn.Config(
             self.app,
-            http=_http_protocol(self.options.header_timeout),
+            http=_http_protocol(opts.header_timeout),
             # nothing here reads the client's address: no X-Forwarded-* rewriting per request
             proxy_headers=False,
             log_level="warning",
             access_log=False,
             lifespan="on",
-            timeout_graceful_shutdown=int(self.options.drain_timeout),
-            timeout_keep_alive=30,
-            # beyond it, new connections are answered 503 at once (a descriptor each)
-            limit_concurrency=self.options.max_connections,
+            timeout_graceful_shutdown=int(opts.drain_timeout),
+            # the front's connections: one per client connection, which the front caps and
+            # times out
+            timeout_keep_alive=3600,
         )
         server = _Uvicorn(config)
         server.service = self.service
+        server.front = front
         self._uvicorn = server
-        return server
+        return server, sock
+
+    def _ended(self) -> None:
+        """After uvicorn: the front's last connections gone, the private directory too."""
+        if self._front is not None:
+            self._front.stop()
+            self._front.wait(self.options.drain_timeout)
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+            self._private = None
 
     def run(self) -> None:
         """Serve until SIGTERM/SIGINT (in the main thread), then drain and close the store."""
-        sock = self.bind()
+        server, sock = self._launch()
         _LOG.info("memini serving %s", self.url)
-        self._config().run(sockets=[sock])
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+            self._ended()
 
     def start(self) -> str:
         """Serve from a background thread (tests, notebooks); return the URL. `stop` ends it."""
-        sock = self.bind()
-        server = self._config()
+        server, sock = self._launch()
         self._thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="memini-server", daemon=True
         )
@@ -247,9 +285,7 @@ class Server:
             self._uvicorn.handle_exit(signal.SIGTERM, None)
             self._thread.join()
             self._thread = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        self._ended()
 
 
 def _http_protocol(header_timeout: float) -> Any:

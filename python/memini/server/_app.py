@@ -66,6 +66,9 @@ _LOG = logging.getLogger("memini.server")
 _JSON: Final = "application/json"
 _JSON_HEADER: Final = (b"content-type", b"application/json")
 _V1: Final = "/v1/"
+# the HTTP front's decision and its token (`memini.server._auth.Gate.principal`)
+_PRINCIPAL: Final = b"memini-principal"
+_TOKEN: Final = b"memini-front-token"
 # Worker threads for store calls: the AsyncStore default (twice the cores), and at least
 # anyio's default 40 (the pool Starlette used), so that up to 40 concurrent writes share one
 # group commit even on a small machine.
@@ -96,6 +99,17 @@ def _meminierror_answer(exc: MeminiError) -> _Answer:
     cls = type(exc)
     name = cls.__name__ if cls.__name__ in wire.ERRORS else "MeminiError"
     return _error_answer(wire.status_of(exc), name, str(exc))
+
+
+def _principal(service: Service, request: Request) -> Principal:
+    """The caller of a request outside ``/v1`` (`memini.server._auth.Gate.principal`)."""
+    headers = request.headers
+    token, decided = headers.get("memini-front-token"), headers.get("memini-principal")
+    return service.gate.principal(
+        headers.get("authorization"),
+        None if token is None else token.encode("latin-1"),
+        None if decided is None else decided.encode("latin-1"),
+    )
 
 
 def _error(status: int, type_name: str, message: str) -> Response:
@@ -163,9 +177,7 @@ class _McpRoute:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            principal: Principal = self._service.gate.principal(
-                request.headers.get("authorization")
-            )
+            principal: Principal = _principal(self._service, request)
         except MeminiError as e:
             _LOG.warning("refused /mcp with 401: %s", e)
             await _meminierror(e)(scope, receive, send)
@@ -364,14 +376,22 @@ def create_app(
             return _error_answer(503, "UnavailableError", "the server is shutting down")
         authorization: bytes | None = None
         declared: bytes | None = None
+        token: bytes | None = None
+        decided: bytes | None = None
         for key, value in scope["headers"]:
             if key == b"authorization":
                 authorization = value
             elif key == b"content-length":
                 declared = value
+            elif key == _PRINCIPAL:
+                decided = value
+            elif key == _TOKEN:
+                token = value
         try:
             principal = service.gate.principal(
-                None if authorization is None else authorization.decode("latin-1")
+                None if authorization is None else authorization.decode("latin-1"),
+                token,
+                decided,
             )
             raw = await _body(receive, declared, max_body, body_timeout)
             t0 = time.perf_counter()
@@ -432,7 +452,7 @@ def create_app(
     async def metrics(request: Request) -> Response:
         if metrics_admin_only:
             try:
-                principal = service.gate.principal(request.headers.get("authorization"))
+                principal = _principal(service, request)
             except MeminiError as e:
                 return _meminierror(e)
             if not principal.secret:

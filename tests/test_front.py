@@ -1,0 +1,175 @@
+"""The HTTP front of ``memini serve`` (issue 34): auth decided once, in the core, from the
+key snapshot the server pushes; the Python app behind it believes the decision only from
+the front; bad bodies never reach the store. Every test talks HTTP to a real server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memini
+from memini import APIKey, Memory, hash_api_key
+from memini.server import Server, ServerOptions
+
+ADMIN = "front-admin-secret"
+KEY_A = "front-key-a"
+KEY_OFF = "front-key-disabled"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """An admin secret, a key with home ``org/a``, a disabled key, one row in ``org/a`` and
+    one in ``org/b``."""
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, max_body=4096)
+    server = Server.open(tmp_path_factory.mktemp("front") / "store", dims=4, options=opts)
+    store = server.service.store
+    store.put_api_key(APIKey("a", hash_api_key(KEY_A), home_ns="org/a"))
+    store.put_api_key(APIKey("off", hash_api_key(KEY_OFF), home_ns="org/a", disabled=True))
+    server.service.gate.keys_changed()
+    for id, ns in (("a1", "org/a"), ("b1", "org/b")):
+        store.upsert(Memory(id=id, namespace=ns, content=id, embedding=[1.0, 0.0, 0.0, 0.0]))
+    server.start()
+    yield server
+    server.stop()
+
+
+def _post(server: Server, method: str, body: object, **headers: str) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/{method}", json=body, headers=headers)
+
+
+def _bearer(secret: str) -> str:
+    return f"Bearer {secret}"
+
+
+def test_unknown_and_disabled_keys_are_401(served: Server) -> None:
+    for secret in ("no-such-key", KEY_OFF):
+        r = _post(served, "count", {"namespace": "org/a"}, authorization=_bearer(secret))
+        assert r.status_code == 401
+        assert r.json()["error"] == {"type": "AuthError", "message": "unknown or disabled API key"}
+    r = _post(served, "count", {"namespace": "org/a"})
+    assert r.status_code == 401
+    assert "requires a credential" in r.json()["error"]["message"]
+    r = _post(served, "count", {"namespace": "org/a"}, authorization="Basic x")
+    assert r.status_code == 401
+    assert "malformed" in r.json()["error"]["message"]
+
+
+def test_another_namespace_is_403_naming_none_of_it(served: Server) -> None:
+    r = _post(served, "count", {"namespace": "org/b"}, authorization=_bearer(KEY_A))
+    assert r.status_code == 403
+    assert r.json()["error"]["type"] == "AuthError"
+    assert "org/b" not in r.json()["error"]["message"]
+    r = _post(served, "count", {"namespace": "org/a"}, authorization=_bearer(KEY_A))
+    assert (r.status_code, r.json()) == (200, 1)
+
+
+def test_a_forged_principal_header_is_ignored(served: Server) -> None:
+    """A client's own ``memini-principal`` and ``memini-front-token`` never reach the app:
+    the front replaces both with its decision."""
+    forged = {"memini-principal": "admin", "memini-front-token": "guess"}
+    r = _post(served, "count", {"namespace": "org/b"}, **forged)
+    assert r.status_code == 401
+    r = _post(served, "count", {"namespace": "org/b"}, authorization=_bearer(KEY_A), **forged)
+    assert r.status_code == 403
+    r = _post(served, "stats", {}, authorization=_bearer(KEY_A), **forged)
+    assert r.status_code == 403
+
+
+def test_the_app_is_reachable_only_through_the_front(served: Server) -> None:
+    """The app listens on a Unix socket in a directory only the server's user may enter,
+    and refuses a request that did not come through the front (no token)."""
+    private = served._private
+    assert private is not None
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+    transport = httpx.HTTPTransport(uds=os.path.join(private, "app.sock"))
+    with httpx.Client(transport=transport) as direct:
+        r = direct.post(
+            "http://app/v1/count",
+            json={"namespace": "org/b"},
+            headers={"authorization": _bearer(ADMIN), "memini-principal": "admin"},
+        )
+    assert r.status_code == 401
+    assert "front" in r.json()["error"]["message"]
+
+
+def test_a_key_change_reaches_the_front_at_once(served: Server) -> None:
+    secret = "front-key-new"
+    with memini.connect(served.url, api_key=ADMIN, retry_for=0) as admin:
+        admin.put_api_key(APIKey("new", hash_api_key(secret), home_ns="org/a"))
+        r = _post(served, "count", {"namespace": "org/a"}, authorization=_bearer(secret))
+        assert r.status_code == 200
+        admin.put_api_key(APIKey("new", hash_api_key(secret), home_ns="org/a", disabled=True))
+        r = _post(served, "count", {"namespace": "org/a"}, authorization=_bearer(secret))
+        assert r.status_code == 401
+        assert admin.delete_api_key("new")
+
+
+def test_body_limits_apply_in_the_front(served: Server) -> None:
+    auth = {"authorization": _bearer(ADMIN)}
+    big = {"namespace": "org/a", "pad": "x" * 5000}
+    r = _post(served, "count", big, **auth)
+    assert r.status_code == 413
+    assert r.json()["error"]["type"] == "InvalidArgumentError"
+    with socket.create_connection(("127.0.0.1", served.port)) as sock:
+        sock.sendall(
+            b"POST /v1/count HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+            + b"1000\r\n"
+            + b"x" * 4096
+            + b"\r\n1000\r\n"
+            + b"x" * 4096
+            + b"\r\n0\r\n\r\n"
+        )
+        sock.settimeout(10)
+        assert sock.recv(100).startswith(b"HTTP/1.1 413 ")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner),
+    max_leaves=12,
+)
+_ARGS = st.fixed_dictionaries(
+    {},
+    optional={
+        "namespace": _JSON | st.just("org/a"),
+        "embedding": _JSON | st.just([1.0, 0.0, 0.0]) | st.just("AACAPw=="),
+        "k": _JSON | st.integers(-5, 1 << 40),
+        "query": _JSON,
+        "memory": _JSON,
+        "memories": _JSON,
+        "id": _JSON,
+        "filter": _JSON,
+    },
+)
+_BODIES = (
+    st.binary(max_size=200)
+    | _ARGS.map(lambda a: memini._wire.dumps(a))
+    | st.sampled_from([b"{", b"[]", b"null", b'{"k": NaN}', b'{"namespace": "org/a"', b"\xff"])
+)
+_METHODS = ["vector_search", "keyword_search", "count", "get", "list", "recall", "upsert", "delete"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(method=st.sampled_from(_METHODS), body=_BODIES)
+def test_malformed_bodies_are_json_errors_and_change_nothing(
+    served: Server, method: str, body: bytes
+) -> None:
+    r = httpx.post(
+        f"{served.url}/v1/{method}",
+        content=body,
+        headers={"authorization": _bearer(KEY_A), "content-type": "application/json"},
+    )
+    if r.status_code != 200:
+        assert 400 <= r.status_code < 500, r.text
+        assert set(r.json()["error"]) == {"type", "message"}
+    store = served.service.store
+    assert store.count("org/b") == 1  # another tenant's rows never change
+    assert httpx.get(f"{served.url}/healthz").status_code == 200
