@@ -8,7 +8,6 @@ import os
 import socket
 import stat
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -157,7 +156,9 @@ _BODIES = (
 _METHODS = ["vector_search", "keyword_search", "count", "get", "list", "recall", "upsert", "delete"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(method=st.sampled_from(_METHODS), body=_BODIES)
 def test_malformed_bodies_are_json_errors_and_change_nothing(
     served: Server, method: str, body: bytes

@@ -33,6 +33,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "Completions",
     "Engine",
+    "Front",
     "LocalModel",
     "build_profile",
     "check_namespace",
