@@ -130,8 +130,62 @@ def test_body_limits_apply_in_the_front(served: Server) -> None:
         assert sock.recv(100).startswith(b"HTTP/1.1 413 ")
 
 
+def test_count_is_answered_by_the_front_as_the_app_answers_it(served: Server) -> None:
+    """``count`` without a filter is answered in the core (no GIL); its answer is the bytes
+    the app gives, it appears in ``/metrics`` as before, and every other form of the call
+    (a filter, another tenant's namespace, a malformed name) still gets the app's answer."""
+    front = served.service.front
+    assert front is not None
+    front.observed()  # forget earlier calls
+    store = served.service.store
+    for key, ns in ((ADMIN, "org/a"), (ADMIN, "org/b"), (KEY_A, "org/a"), (KEY_A, "org/a/x")):
+        r = _post(served, "count", {"namespace": ns}, authorization=_bearer(key))
+        assert r.status_code == 200
+        assert r.content == memini._wire.dumps(store.count(ns))
+        assert r.headers["content-type"] == "application/json"
+    observed, unobserved = front.observed()
+    assert [route for route, _ in observed] == ["count"] * 4
+    assert not unobserved
+    # forwarded: the app answers
+    r = _post(served, "count", {"namespace": "org/a", "filter": {"tiers": ["semantic"]}})
+    assert r.status_code == 401
+    r = _post(
+        served,
+        "count",
+        {"namespace": "org/a", "filter": {"tiers": ["semantic"]}},
+        authorization=_bearer(KEY_A),
+    )
+    assert (r.status_code, r.json()) == (200, 1)
+    r = _post(served, "count", {"namespace": "org/b"}, authorization=_bearer(KEY_A))
+    assert r.status_code == 403
+    r = _post(served, "count", {"namespace": "a\u202eb"}, authorization=_bearer(ADMIN))
+    assert (r.status_code, r.json()) == (200, 0)  # a read may name it; the app says so
+    r = _post(served, "count", {"namespace": 7}, authorization=_bearer(ADMIN))
+    assert r.status_code == 400
+    r = _post(served, "count", {"namespace": "org/a", "k": 1}, authorization=_bearer(ADMIN))
+    assert r.status_code == 400
+    assert not front.observed()[0]
+
+
+def test_calls_the_front_answers_are_in_the_metrics(served: Server) -> None:
+    def served_counts() -> float:
+        text = httpx.get(f"{served.url}/metrics").text
+        line = 'memini_http_requests_total{method="count",status="200"} '
+        return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(line))
+
+    before = served_counts()
+    for _ in range(3):
+        r = _post(served, "count", {"namespace": "org/a"}, authorization=_bearer(ADMIN))
+        assert r.status_code == 200
+    assert served_counts() == before + 3
+
+
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(-(1 << 63), (1 << 63) - 1)
+    | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner),
     max_leaves=12,
 )

@@ -6,6 +6,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
+use super::engine::PyEngine;
 use crate::serve::auth::{Key, Keys};
 use crate::serve::{Front, Limits};
 
@@ -49,7 +50,8 @@ impl PyFront {
         self.front.local_addr().port()
     }
 
-    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections))]
+    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine))]
+    #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     fn serve(
         &self,
         app: PathBuf,
@@ -58,6 +60,7 @@ impl PyFront {
         body_timeout: f64,
         header_timeout: f64,
         max_connections: usize,
+        engine: Option<PyRef<'_, PyEngine>>,
     ) {
         let limits = Limits {
             max_body,
@@ -65,12 +68,19 @@ impl PyFront {
             header_timeout: Duration::from_secs_f64(header_timeout),
             max_connections,
         };
-        self.front.serve(app, token, limits);
+        self.front
+            .serve(app, token, limits, engine.map(|e| e.shared()));
     }
 
     fn set_keys(&self, open: bool, keys: Vec<KeyRow>) {
         self.front
             .set_keys(snapshot(self.admin.as_deref(), open, keys));
+    }
+
+    /// The (route, seconds) of the calls the front answered itself since the last call,
+    /// and how many more it answered without keeping their latency.
+    fn observed(&self) -> crate::serve::Calls {
+        self.front.observed()
     }
 
     fn stop(&self) {

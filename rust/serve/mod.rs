@@ -7,17 +7,23 @@
 //! directory) with the principal in [`PRINCIPAL`], which the app believes only beside the
 //! per-process token in [`TOKEN`]: a client's own copies of both headers are dropped.
 //!
+//! The hot routes (`native::ROUTES`) are answered here when the front is sure of the call,
+//! without the GIL; the Python app reads their latencies at scrape time ([`Front::observed`])
+//! so `/metrics` counts them as before.
+//!
 //! A client connection forwards over one connection of its own to the app, opened on its
 //! first request: HTTP/1.1 answers one request at a time per connection, so the two are
 //! busy together and the app sees as many connections as the front has callers.
 
 pub mod auth;
+mod native;
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -33,6 +39,7 @@ use serde::Serialize;
 use tokio::net::{TcpListener, TcpSocket, UnixStream};
 use tokio::sync::{watch, Semaphore};
 
+use crate::Engine;
 use auth::{Decision, Keys};
 
 /// The header carrying the front's decision to the Python app.
@@ -57,6 +64,46 @@ struct Shared {
     app: PathBuf,
     token: HeaderValue,
     limits: Limits,
+    /// The store's engine, for the routes answered here (None: every route forwarded).
+    engine: Option<Arc<Engine>>,
+    stopping: Arc<AtomicBool>,
+    observed: Arc<Observed>,
+}
+
+/// Latencies of the calls answered here since the last scrape (bounded: beyond
+/// [`Observed::MAX`] a call is only counted, by route).
+#[derive(Default)]
+pub struct Observed {
+    calls: Mutex<Vec<(&'static str, f64)>>,
+    unobserved: Mutex<Vec<(&'static str, u64)>>,
+}
+
+/// What [`Observed::take`] gives: each call's (route, seconds), and the count of calls by
+/// route beyond those.
+pub type Calls = (Vec<(&'static str, f64)>, Vec<(&'static str, u64)>);
+
+impl Observed {
+    const MAX: usize = 1 << 20;
+
+    fn record(&self, route: &'static str, seconds: f64) {
+        let mut calls = self.calls.lock();
+        if calls.len() < Self::MAX {
+            calls.push((route, seconds));
+            return;
+        }
+        drop(calls);
+        let mut unobserved = self.unobserved.lock();
+        match unobserved.iter_mut().find(|(r, _)| *r == route) {
+            Some((_, n)) => *n += 1,
+            None => unobserved.push((route, 1)),
+        }
+    }
+
+    /// The calls since the last take.
+    pub fn take(&self) -> Calls {
+        let calls = std::mem::take(&mut *self.calls.lock());
+        (calls, std::mem::take(&mut *self.unobserved.lock()))
+    }
 }
 
 /// The front: bound at construction, serving from `serve` until `stop`.
@@ -67,6 +114,8 @@ pub struct Front {
     stop: watch::Sender<bool>,
     done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     keys: Arc<RwLock<Arc<Keys>>>,
+    stopping: Arc<AtomicBool>,
+    observed: Arc<Observed>,
 }
 
 impl Front {
@@ -99,6 +148,8 @@ impl Front {
             stop: watch::channel(false).0,
             done: Mutex::new(None),
             keys: Arc::default(),
+            stopping: Arc::default(),
+            observed: Arc::default(),
         })
     }
 
@@ -108,10 +159,10 @@ impl Front {
         self.local
     }
 
-    /// Start serving: auth from the keys of `set_keys` (none before), everything forwarded
-    /// to the app listening on the Unix socket `app` with `token`. Once only (later calls
-    /// do nothing).
-    pub fn serve(&self, app: PathBuf, token: &str, limits: Limits) {
+    /// Start serving: auth from the keys of `set_keys` (none before), the hot routes
+    /// answered from `engine` (when given), everything else forwarded to the app listening
+    /// on the Unix socket `app` with `token`. Once only (later calls do nothing).
+    pub fn serve(&self, app: PathBuf, token: &str, limits: Limits, engine: Option<Arc<Engine>>) {
         let Some(listener) = self.listener.lock().take() else {
             return;
         };
@@ -123,6 +174,9 @@ impl Front {
             app,
             token,
             limits,
+            engine,
+            stopping: self.stopping.clone(),
+            observed: self.observed.clone(),
         });
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         *self.done.lock() = Some(done_rx);
@@ -141,8 +195,14 @@ impl Front {
     /// Stop accepting and close connections once their request in flight is answered
     /// (idle ones at once). Returns at once; `wait` waits for the end.
     pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
         self.stop.send_replace(true);
         self.listener.lock().take();
+    }
+
+    /// The calls answered here since the last call (`Observed::take`).
+    pub fn observed(&self) -> Calls {
+        self.observed.take()
     }
 
     /// Wait up to `timeout` for the connections to end after `stop`; whether they did.
@@ -248,10 +308,9 @@ async fn handle(
     upstream: Arc<tokio::sync::Mutex<Option<SendRequest<Full<Bytes>>>>>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let decision = {
-        let keys = shared.keys.read().clone();
-        keys.decide(req.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes))
-    };
+    let t0 = Instant::now();
+    let keys = shared.keys.read().clone();
+    let decision = keys.decide(req.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes));
     let limits = shared.limits;
     let (parts, body) = req.into_parts();
     let declared = parts
@@ -304,7 +363,38 @@ async fn handle(
             ))
         }
     };
+    if let Some(answer) = answer_here(&shared, &keys, &decision, &parts, &body, t0) {
+        return Ok(answer);
+    }
     Ok(forward(&shared, &upstream, parts, body, &decision).await)
+}
+
+/// The answer of a hot route the front is sure of (`native`), None to forward.
+fn answer_here(
+    shared: &Shared,
+    keys: &Keys,
+    decision: &Decision,
+    parts: &hyper::http::request::Parts,
+    body: &[u8],
+    t0: Instant,
+) -> Option<Response<Body>> {
+    let engine = shared.engine.as_deref()?;
+    if parts.method != hyper::Method::POST || shared.stopping.load(Ordering::SeqCst) {
+        return None;
+    }
+    let route = parts.uri.path().strip_prefix("/v1/")?;
+    let route = native::ROUTES.into_iter().find(|r| *r == route)?;
+    let json = match route {
+        "count" => native::count(engine, keys, decision, body)?,
+        _ => return None,
+    };
+    let mut answer = Response::new(full(json.into()));
+    answer.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    shared.observed.record(route, t0.elapsed().as_secs_f64());
+    Some(answer)
 }
 
 /// The request handed to the Python app with the front's decision, and its answer

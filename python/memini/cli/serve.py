@@ -134,7 +134,8 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
         "--max-connections",
         type=positive,
         default=2048,
-        help="open connections at once, more are answered 503 (2048; keep below ulimit -n)",
+        help="open connections at once, more are answered 503 (2048; keep below a third "
+        "of ulimit -n: each holds three descriptors)",
     )
     sp.add_argument("--no-events", action="store_true", help="do not log served calls")
     sp.add_argument(

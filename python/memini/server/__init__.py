@@ -35,7 +35,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 import memini
-from memini._core import Front
+from memini._core import Engine, Front
 from memini.errors import InvalidArgumentError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
@@ -224,10 +224,12 @@ class Server:
         sock.listen(2048)
         token = secrets.token_urlsafe(32)
         self.service.gate.attach(front, token.encode())
+        engine = self.service.store._engine
         front.serve(
             path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
-            opts.max_connections,
+            opts.max_connections, engine if isinstance(engine, Engine) else None,
         )  # fmt: skip
+        self.service.front = front
         config = uvicorn.Config(
             self.app,
             http=_http_protocol(opts.header_timeout),

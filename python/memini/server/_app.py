@@ -457,6 +457,12 @@ def create_app(
                 return _meminierror(e)
             if not principal.secret:
                 return _error(403, "AuthError", "/metrics needs the admin secret on this server")
+        if service.front is not None:  # the calls the front answered itself, as if here
+            observed, unobserved = service.front.observed()
+            for route, seconds in observed:
+                observe(route, 200, seconds)
+            for route, n in unobserved:
+                requests.labels(route, "200").inc(n)
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
 
     async def refresh_gauges() -> None:
