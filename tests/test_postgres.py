@@ -595,6 +595,11 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
             if node.get("Relation Name") == "memories" and node["Node Type"] == "Seq Scan":
                 assert gated, f"a sequential scan of memories in: {statement}"
         used = {n.get("Index Name") for n, _ in nodes}
+        if statement.startswith("SELECT count(*)") or "row_number()" in statement:
+            # a namespace's coherence: its rows counted, its sample read, by namespace
+            assert used - {None} and used <= {"memories_ns_time", "memories_ns_id", None}
+            kinds["coherence"] += 1
+            continue
         if "<=>" not in statement and "<->" not in statement and "ts_rank" not in statement:
             assert used == {"memories_pkey"}, statement  # recall's final rows
             kinds["rows"] += 1
@@ -613,3 +618,4 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
                 assert "memories_tags" in exact, statement
             kinds["vector"] += 1
     assert kinds["rows"] >= 1 and kinds["keyword"] >= 3 and kinds["vector"] >= 5, kinds
+    assert kinds["coherence"] == 2, kinds

@@ -602,11 +602,7 @@ def minmax(scores: dict[str, float]) -> dict[str, float]:
     return {i: (s - lo) / (hi - lo) if hi > lo else 1.0 for i, s in scores.items()}
 
 
-def test_no_neighbour_credit_where_storage_order_means_nothing(
-    store: Store, request: pytest.FixtureRequest
-) -> None:
-    if "postgres" in request.node.name:
-        pytest.skip("the PostgreSQL backend does not measure a namespace's coherence yet")
+def test_no_neighbour_credit_where_storage_order_means_nothing(store: Store) -> None:
     # the same rows, the two topics' turns alternating: time-adjacent rows resemble each
     # other less than random pairs do, and the answer gains nothing from the question
     # stored just before it
@@ -716,3 +712,15 @@ def test_the_obvious_fact_ranks_first_whatever_the_storage_order(
         )
         got = s.recall(namespace, query, k=4)
         assert got[0].memory.content == want, [r.memory.content for r in got]
+
+
+def test_the_coherence_rule_refuses_a_sample_of_the_wrong_size() -> None:
+    from memini import _core
+    from memini.errors import InvalidArgumentError
+
+    assert _core.coherence_sample(7) == []
+    assert _core.coherence(7, []) == 0.0
+    positions = _core.coherence_sample(100)
+    assert positions == sorted(positions) and len(positions) == 2 * 99
+    with pytest.raises(InvalidArgumentError, match="198 positions"):
+        _core.coherence(100, [None] * 10)

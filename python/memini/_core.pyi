@@ -37,6 +37,8 @@ __all__ = [
     "LocalModel",
     "build_profile",
     "check_namespace",
+    "coherence",
+    "coherence_sample",
     "fuse",
     "ranking",
     "vector_scores",
@@ -91,6 +93,7 @@ def fuse(
     fusion: Literal["convex", "rrf"],
     fusion_param: float,
     context: float,
+    coherence: list[float],
     quality: bool,
     now: int,
     dedup: bool,
@@ -100,9 +103,19 @@ def fuse(
 
     ``candidates``: (id, tier, importance, confidence, updated_at, last_accessed_at,
     access_count, previous neighbour index, next neighbour index, fingerprint); each leg's
-    hits are (candidate index, score, source index). Returns the ``k`` best as (candidate
+    hits are (candidate index, score, source index); ``coherence[i]`` is source ``i``'s
+    namespace's coherence (`coherence`; missing: 0). Returns the ``k`` best as (candidate
     index, score, vector score, keyword score, source index), best first, ties by id.
     """
+
+def coherence_sample(n: int) -> list[int]:
+    """The timeline positions (0-based, ascending, one may repeat) whose vectors measure the
+    coherence of a namespace of ``n`` rows (none below 8 rows)."""
+
+def coherence(n: int, vectors: list[npt.NDArray[np.float32] | None]) -> float:
+    """A namespace's coherence (how much more its time-adjacent rows resemble each other
+    than rows far apart) from the vectors at its `coherence_sample` positions, in that
+    order (None: a row without a vector)."""
 
 def vector_scores(
     metric: str, query: npt.NDArray[np.float32], vectors: npt.NDArray[np.float32]

@@ -35,14 +35,8 @@ pub(super) fn coherence(ns: &Namespace, snap: &Snapshot) -> Result<f64> {
 /// few to tell them apart).
 fn measure(ns: &Namespace, snap: &Snapshot) -> Result<f64> {
     let n = ns.timeline.len();
-    if n < 8 {
-        return Ok(0.0);
-    }
-    // pair j: the rows at timeline positions p_j and p_j + 1
-    let step = ((n - 1) / PAIRS).max(1);
-    let firsts: Vec<usize> = (0..n - 1).step_by(step).take(PAIRS).collect();
-    let mut rids = Vec::with_capacity(2 * firsts.len());
-    let mut want = firsts.iter().flat_map(|p| [*p, p + 1]).peekable();
+    let mut rids = Vec::with_capacity(2 * PAIRS);
+    let mut want = sample(n).into_iter().peekable();
     for (pos, (_, rid)) in ns.timeline.iter().enumerate() {
         while want.next_if_eq(&pos).is_some() {
             rids.push(*rid);
@@ -51,7 +45,35 @@ fn measure(ns: &Namespace, snap: &Snapshot) -> Result<f64> {
             break;
         }
     }
-    let vectors = snap.vectors(&rids)?;
+    Ok(of_sample(n, &snap.vectors(&rids)?))
+}
+
+/// The sampled timeline positions of a namespace of `n` rows, ascending: the rows of each
+/// adjacent pair, `p_j` then `p_j + 1` (with a step of 1 a row is in two pairs and listed
+/// twice); empty below 8 rows.
+#[must_use]
+pub fn sample(n: usize) -> Vec<usize> {
+    if n < 8 {
+        return Vec::new();
+    }
+    let step = ((n - 1) / PAIRS).max(1);
+    (0..n - 1)
+        .step_by(step)
+        .take(PAIRS)
+        .flat_map(|p| [p, p + 1])
+        .collect()
+}
+
+/// The coherence of a namespace of `n` rows from the vectors at its [`sample`] positions, in
+/// that order (None: a row without a vector). One rule for every backend: the PostgreSQL
+/// store reads the sample with SQL and measures it here (`memini._core.coherence`).
+#[must_use]
+pub fn of_sample(n: usize, vectors: &[Option<Vec<f32>>]) -> f64 {
+    if n < 8 {
+        return 0.0;
+    }
+    let step = ((n - 1) / PAIRS).max(1);
+    let firsts = vectors.len() / 2;
     let unit = |v: &Option<Vec<f32>>| -> Option<Vec<f64>> {
         let v: Vec<f64> = v.as_ref()?.iter().map(|x| f64::from(*x)).collect();
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
@@ -66,7 +88,7 @@ fn measure(ns: &Namespace, snap: &Snapshot) -> Result<f64> {
         if let [Some(a), Some(b)] = pair {
             let c = dot(a, b);
             (near, pairs) = (near + c, pairs + 1);
-            if step == 1 && j + 1 < firsts.len() {
+            if step == 1 && j + 1 < firsts {
                 (inner, inner_pairs) = (inner + c, inner_pairs + 1);
             }
         }
@@ -84,8 +106,8 @@ fn measure(ns: &Namespace, snap: &Snapshot) -> Result<f64> {
     let c = rows.len() as f64;
     let far_pairs = c * (c - 1.0) / 2.0 - f64::from(inner_pairs);
     if pairs == 0 || far_pairs < 1.0 {
-        return Ok(0.0);
+        return 0.0;
     }
     let far = ((dot(&sum, &sum) - c) / 2.0 - inner) / far_pairs;
-    Ok(near / f64::from(pairs) - far)
+    near / f64::from(pairs) - far
 }

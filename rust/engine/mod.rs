@@ -33,7 +33,7 @@
 //! exclusively only by `compact`; `queue` is never held while any of the others is taken.
 
 mod checkpoint;
-mod coherence;
+pub(crate) mod coherence;
 mod commit;
 mod open;
 mod reads;

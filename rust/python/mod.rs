@@ -147,5 +147,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
     m.add_function(wrap_pyfunction!(rules::fuse, m)?)?;
     m.add_function(wrap_pyfunction!(rules::vector_scores, m)?)?;
+    m.add_function(wrap_pyfunction!(rules::coherence_sample, m)?)?;
+    m.add_function(wrap_pyfunction!(rules::coherence, m)?)?;
     add_limits(m)
 }

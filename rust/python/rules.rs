@@ -1,6 +1,8 @@
 //! The core's ranking rules for a backend written in Python (the PostgreSQL store), so each
-//! rule keeps one implementation: `memini._core.fuse` (recall's fusion, `crate::fusion`) and
-//! `memini._core.vector_scores` (the exact f64 vector score, `crate::vector::Scorer`).
+//! rule keeps one implementation: `memini._core.fuse` (recall's fusion, `crate::fusion`),
+//! `memini._core.coherence_sample`/`coherence` (a namespace's coherence, which weighs its
+//! neighbour context, `crate::engine::coherence`) and `memini._core.vector_scores` (the exact
+//! f64 vector score, `crate::vector::Scorer`).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -40,6 +42,7 @@ struct Listed {
     standings: Vec<Standing>,
     neighbours: Vec<[Option<u64>; 2]>,
     fingerprints: Vec<String>,
+    coherence: Vec<f64>,
 }
 
 fn at(key: u64) -> usize {
@@ -53,9 +56,8 @@ impl Candidates for Listed {
     fn neighbours(&self, key: u64) -> [Option<u64>; 2] {
         self.neighbours[at(key)]
     }
-    fn coherence(&self, _source: usize) -> f64 {
-        // not measured on this backend yet: neighbour context at the weight given
-        1.0
+    fn coherence(&self, source: usize) -> f64 {
+        self.coherence.get(source).copied().unwrap_or(0.0)
     }
     fn standing(&self, key: u64) -> Option<Standing> {
         Some(self.standings[at(key)])
@@ -72,8 +74,9 @@ impl Candidates for Listed {
 
 /// Fuses two legs' hits ((candidate index, score, source index), any order) over
 /// `candidates` with the embedded recall's rule; returns the `k` best, best first.
+/// `coherence[i]` is source `i`'s namespace's coherence (missing: 0, no neighbour context).
 #[pyfunction]
-#[pyo3(signature = (candidates, vector, keyword, fusion, fusion_param, context, quality, now, dedup, k))]
+#[pyo3(signature = (candidates, vector, keyword, fusion, fusion_param, context, coherence, quality, now, dedup, k))]
 #[allow(
     clippy::too_many_arguments,
     reason = "recall's settings, checked by the facade"
@@ -86,6 +89,7 @@ pub fn fuse(
     fusion: &str,
     fusion_param: f64,
     context: f64,
+    coherence: Vec<f64>,
     quality: bool,
     now: Micros,
     dedup: bool,
@@ -111,6 +115,7 @@ pub fn fuse(
         standings: Vec::with_capacity(n),
         neighbours: Vec::with_capacity(n),
         fingerprints: Vec::with_capacity(n),
+        coherence,
     };
     for (id, tier, importance, confidence, updated, accessed, count, prev, next, fp) in candidates {
         info.ids.push(id);
@@ -182,4 +187,37 @@ pub fn vector_scores(
             None => scorer.score(&row.to_vec()),
         })
         .collect())
+}
+
+/// The timeline positions (0-based, ascending, a position may repeat) whose vectors measure
+/// the coherence of a namespace of `n` rows.
+#[pyfunction]
+#[must_use]
+pub fn coherence_sample(n: usize) -> Vec<usize> {
+    crate::engine::coherence::sample(n)
+}
+
+/// The coherence of a namespace of `n` rows from the vectors at its `coherence_sample`
+/// positions, in that order (None: a row without a vector).
+#[pyfunction]
+pub fn coherence(
+    py: Python<'_>,
+    n: usize,
+    vectors: Vec<Option<PyReadonlyArray1<'_, f32>>>,
+) -> PyResult<f64> {
+    let want = crate::engine::coherence::sample(n).len();
+    if vectors.len() != want {
+        return Err(to_py(
+            py,
+            Error::invalid(format!(
+                "coherence: {} vectors given for a sample of {want} positions",
+                vectors.len()
+            )),
+        ));
+    }
+    let owned: Vec<Option<Vec<f32>>> = vectors
+        .iter()
+        .map(|v| v.as_ref().map(|a| a.as_array().to_vec()))
+        .collect();
+    Ok(py.detach(|| crate::engine::coherence::of_sample(n, &owned)))
 }

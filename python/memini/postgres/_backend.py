@@ -53,6 +53,7 @@ from memini.errors import NotFoundError, StoreClosedError
 from memini.limits import check_limit, check_namespace
 from memini.postgres import _meta
 from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, upsert
+from memini.postgres._coherence import Coherence
 from memini.postgres._filter import LIVE_AT, order_by, where
 from memini.postgres._pool import DEFAULT_EF_SEARCH, Conn, Pool, translate, use_ef_search
 from memini.postgres._rows import SELECT, query_words, to_memory, write_values
@@ -128,6 +129,7 @@ class PgEngine:
         self._metric = metric
         self._breadth = DEFAULT_EF_SEARCH
         self._sizes = Sizes()
+        self._coherence = Coherence()
 
     @property
     def dims(self) -> int:
@@ -185,6 +187,7 @@ class PgEngine:
                 yield True
         finally:
             self._sizes.forget()
+            self._coherence.forget()
 
     def _load(self, conn: Conn, ns: str, id: str) -> tuple[dict[str, Any], Any]:
         """The row as a core row dict (plus its embedding), locked for update."""
@@ -636,8 +639,9 @@ class PgEngine:
     ) -> builtins.list[Recalled]:
         """Both legs of every source and the candidates' timeline neighbours in one
         statement (one snapshot), the core's fusion rule (`memini._core.fuse`, the one the
-        embedded recall runs), then the full rows of the final ``k`` in a second statement.
-        ``keyword_half`` is a BM25 score and ``ts_rank`` is not one (it has no document
+        embedded recall runs, with each namespace's coherence measured as there:
+        `memini.postgres._coherence`), then the full rows of the final ``k`` in a second
+        statement. ``keyword_half`` is a BM25 score and ``ts_rank`` is not one (it has no document
         frequencies, so its best score never says the words matched are in every row): the
         keyword leg keeps its full weight here.
         A final row deleted between the two makes the recall run again (up to
@@ -712,7 +716,14 @@ class PgEngine:
             graph = [g for g, _ in plans]
             if walks := [ef for g, ef in plans if g]:
                 use_ef_search(conn, max(walks))
+        # neighbour context weighs each namespace by its coherence: measured only when used,
+        # and the neighbours are not read at all when no namespace searched has any
+        coherence = [0.0] * (max((i for i, _, _ in uniq), default=0) + 1)
         neighbours = context > 0 and vector is not None and tsq is not None
+        if neighbours:
+            for i, ns, _ in uniq:
+                coherence[i] = self._coherence.of(conn, ns)
+            neighbours = any(c > 0 for c in coherence)
         sql, params = recall_sql(
             self._metric,
             self._dims,
@@ -800,6 +811,7 @@ class PgEngine:
             fusion,
             fusion_param,
             context,
+            coherence,
             quality,
             spec["now"],
             dedup,
