@@ -5,11 +5,17 @@ the front; bad bodies never reach the store. Every test talks HTTP to a real ser
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import stat
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,7 +33,7 @@ KEY_OFF = "front-key-disabled"
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """An admin secret, a key with home ``org/a``, a disabled key, one row in ``org/a`` and
     one in ``org/b``."""
-    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, max_body=4096)
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, max_body=4096, front=True)
     server = Server.open(tmp_path_factory.mktemp("front") / "store", dims=4, options=opts)
     store = server.service.store
     store.put_api_key(APIKey("a", hash_api_key(KEY_A), home_ns="org/a"))
@@ -229,3 +235,39 @@ def test_malformed_bodies_are_json_errors_and_change_nothing(
     store = served.service.store
     assert store.count("org/b") == 1  # another tenant's rows never change
     assert httpx.get(f"{served.url}/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("front", [False, True])
+def test_serve_puts_the_front_before_the_app_only_with_front(tmp_path: Path, front: bool) -> None:
+    """``memini serve`` runs uvicorn on the public socket itself (no app socket behind it);
+    ``--front`` puts the front there and the app on a private Unix socket. Both serve, and
+    both stop on SIGTERM leaving no private directory."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "memini.cli", "serve", "--store", str(tmp_path / "s")]
+    argv += ["--dims", "4", "--port", str(port), *(["--front"] if front else [])]
+    proc = subprocess.Popen(
+        argv, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(tmp_path)}
+    )
+    try:
+        url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert httpx.post(f"{url}/v1/count", json={"namespace": "default"}).json() == 0
+        private = [
+            c.laddr
+            for c in psutil.Process(proc.pid).net_connections("unix")
+            if "memini-serve-" in c.laddr
+        ]
+        assert len(private) == (1 if front else 0)
+        assert list(tmp_path.glob("memini-serve-*")) == ([Path(private[0]).parent] if front else [])
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert not list(tmp_path.glob("memini-serve-*"))

@@ -262,7 +262,7 @@ class Completions:
 
 @final
 class Front:
-    """The HTTP front of ``memini serve`` (rust/serve): bound to ``host:port`` at once,
+    """The HTTP front of ``memini serve --front`` (rust/serve): bound to ``host:port`` at once,
     serving from ``serve`` (auth from the keys of ``set_keys``; the hot routes answered from
     ``engine``, every other request forwarded to the app on the Unix socket ``app`` with
     ``token``) until ``stop``; ``wait`` waits up to ``timeout`` s for its connections to

@@ -5,19 +5,23 @@ REST/JSON under ``/v1`` (one ``POST /v1/<method>`` per `Store` method, arguments
 ``/mcp``; `memini.client.RemoteStore` is the client. Needs the ``memini[server]`` extra
 (Starlette, uvicorn, orjson, mcp); ``import memini`` never imports this package.
 
-The stack, chosen by measurement (README, "Serving"): the HTTP front in the core
-(`memini._core.Front`, rust/serve: hyper on a tokio runtime with a thread per core) listens
-on the public address, decides auth once per request from the key snapshot the gate pushes
-to it (`Gate.attach`), applies the body and header limits and the connection cap, and
-forwards to the Starlette app on uvicorn (uvloop + httptools, each answer sent in one write:
-`memini.server._http`), which listens on a Unix socket in a private (0700) directory and
-believes the front's decision only beside a per-process random token. Bodies with orjson.
+The stack, chosen by measurement (README, "Serving"): Starlette on uvicorn (uvloop +
+httptools, each answer sent in one write: `memini.server._http`), bodies with orjson,
+listening on the public address. With ``front=True`` (``memini serve --front``) the HTTP
+front in the core (`memini._core.Front`, rust/serve: hyper on a tokio runtime with a thread
+per core) listens there instead: it decides auth once per request from the key snapshot the
+gate pushes to it (`Gate.attach`), applies the body and header limits and the connection
+cap, answers ``count`` itself and forwards the rest to the app, which then listens on a Unix
+socket in a private (0700) directory and believes the front's decision only beside a
+per-process random token. Opt-in until the hot routes are native: each forwarded call costs
+more server CPU than the direct path (README, "Serving").
 SIGTERM/SIGINT stop accepting, answer 503 to new calls on open connections, finish those in
 flight, write the queued event rows and close the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -27,6 +31,7 @@ import socket
 import tempfile
 import threading
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -73,6 +78,8 @@ class ServerOptions:
         backup_dir: The directory served ``backup`` calls write below (None: refused).
         metrics_every: Seconds between refreshes of the live-row gauges of ``/metrics``.
         metrics_admin_only: ``/metrics`` needs the admin secret.
+        front: Listen with the HTTP front in the core (auth, limits and ``count`` there,
+            the rest forwarded to the app) instead of uvicorn directly.
     """
 
     host: str = "127.0.0.1"
@@ -91,6 +98,7 @@ class ServerOptions:
     backup_dir: str | os.PathLike[str] | None = None
     metrics_every: float = 15.0
     metrics_admin_only: bool = False
+    front: bool = False
 
 
 class _Uvicorn(uvicorn.Server):
@@ -98,12 +106,22 @@ class _Uvicorn(uvicorn.Server):
     on open connections get 503 while the listener closes)."""
 
     service: Service
+    ended: Callable[[], None]  # `Server._ended`
 
-    front: Front
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, with the server's listener ended before uvicorn re-raises a captured
+        stop signal (which ends the process before any ``finally`` of `Server.run`)."""
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self.ended()
 
     def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
         self.service.draining = True
-        self.front.stop()  # no new connections; open ones close once answered
+        if self.service.front is not None:
+            self.service.front.stop()  # no new connections; open ones close once answered
         super().handle_exit(sig, frame)
 
 
@@ -159,7 +177,7 @@ class Server:
             metrics_every=opts.metrics_every,
             metrics_admin_only=opts.metrics_admin_only,
         )
-        self._front: Front | None = None
+        self._listener: socket.socket | Front | None = None
         self._private: str | None = None  # the directory of the app's Unix socket
         self._uvicorn: _Uvicorn | None = None
         self._thread: threading.Thread | None = None
@@ -185,12 +203,22 @@ class Server:
             store.close()
             raise
 
-    def bind(self) -> Front:
+    def bind(self) -> socket.socket | Front:
         """Bind the public address now (``port=0`` picks a free port, see `port`): the
-        HTTP front listens there from now on and serves from `run` or `start`."""
-        if self._front is None:
+        listening socket, or the HTTP front listening there (``front``), which serves from
+        `run` or `start`."""
+        if self._listener is None:
             opts = self.options
-            self._front = Front(opts.host, opts.port, 2048, self._admin)
+            if opts.front:
+                self._listener = Front(opts.host, opts.port, 2048, self._admin)
+            else:
+                family = socket.AF_INET6 if ":" in opts.host else socket.AF_INET
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((opts.host, opts.port))
+                sock.listen(2048)
+                sock.set_inheritable(True)
+                self._listener = sock
             if self.service.gate.open:  # said when a socket opens (not for MCP over stdio)
                 _LOG.warning(
                     "no %s and no API key stored: serving WITHOUT authentication on "
@@ -198,12 +226,13 @@ class Server:
                     ADMIN_KEY_ENV,
                     opts.host,
                 )
-        return self._front
+        return self._listener
 
     @property
     def port(self) -> int:
         """The bound port."""
-        return self.bind().port
+        listener = self.bind()
+        return listener.port if isinstance(listener, Front) else int(listener.getsockname()[1])
 
     @property
     def url(self) -> str:
@@ -213,9 +242,39 @@ class Server:
         return f"http://{shown}:{self.port}"
 
     def _launch(self) -> tuple[_Uvicorn, socket.socket]:
-        """uvicorn on a Unix socket in a new private directory, and the front serving in
-        front of it (its requests wait in the socket's backlog until uvicorn runs)."""
-        front = self.bind()
+        """uvicorn and the socket it serves: the public one, or behind the front."""
+        listener = self.bind()
+        opts = self.options
+        if isinstance(listener, Front):
+            sock = self._behind(listener)
+            # the front's connections: one per client connection, which the front caps and
+            # times out
+            keep_alive, cap = 3600, None
+        else:
+            sock = listener
+            # beyond the cap, new connections are answered 503 at once (a descriptor each)
+            keep_alive, cap = 30, opts.max_connections
+        config = uvicorn.Config(
+            self.app,
+            http=_http_protocol(opts.header_timeout),
+            # nothing here reads the client's address: no X-Forwarded-* rewriting per request
+            proxy_headers=False,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=int(opts.drain_timeout),
+            timeout_keep_alive=keep_alive,
+            limit_concurrency=cap,
+        )
+        server = _Uvicorn(config)
+        server.service = self.service
+        server.ended = self._ended
+        self._uvicorn = server
+        return server, sock
+
+    def _behind(self, front: Front) -> socket.socket:
+        """The app's Unix socket in a new private directory, and the front serving in front
+        of it (its requests wait in the socket's backlog until uvicorn runs)."""
         opts = self.options
         self._private = tempfile.mkdtemp(prefix="memini-serve-")  # mode 0700
         path = os.path.join(self._private, "app.sock")
@@ -230,30 +289,17 @@ class Server:
             opts.max_connections, engine if isinstance(engine, Engine) else None,
         )  # fmt: skip
         self.service.front = front
-        config = uvicorn.Config(
-            self.app,
-            http=_http_protocol(opts.header_timeout),
-            # nothing here reads the client's address: no X-Forwarded-* rewriting per request
-            proxy_headers=False,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=int(opts.drain_timeout),
-            # the front's connections: one per client connection, which the front caps and
-            # times out
-            timeout_keep_alive=3600,
-        )
-        server = _Uvicorn(config)
-        server.service = self.service
-        server.front = front
-        self._uvicorn = server
-        return server, sock
+        return sock
 
     def _ended(self) -> None:
-        """After uvicorn: the front's last connections gone, the private directory too."""
-        if self._front is not None:
-            self._front.stop()
-            self._front.wait(self.options.drain_timeout)
+        """After uvicorn: the listening socket closed, or the front's last connections gone
+        and the private directory too."""
+        listener, self._listener = self._listener, None
+        if isinstance(listener, Front):
+            listener.stop()
+            listener.wait(self.options.drain_timeout)
+        elif listener is not None:
+            listener.close()
         if self._private is not None:
             shutil.rmtree(self._private, ignore_errors=True)
             self._private = None
@@ -265,7 +311,6 @@ class Server:
         try:
             server.run(sockets=[sock])
         finally:
-            sock.close()
             self._ended()
 
     def start(self) -> str:

@@ -15,7 +15,7 @@
   reach. A 403 message names only the key's own home, never the namespace or data asked for.
 * Secrets are never logged nor echoed; a lookup is cached for ``cache_for`` seconds by the
   secret's hash (a key disabled or deleted through this server is dropped from it at once).
-* Behind the HTTP front (`memini._core.Front`, ``memini serve``) the decision is the
+* Behind the HTTP front (`memini._core.Front`, ``memini serve --front``) the decision is the
   front's, made once per request from the key snapshot this gate pushes to it on every key
   change (`attach`, `keys_changed`); the app reads it from the ``memini-principal`` header,
   believed only beside the front's per-process token (`principal`).
