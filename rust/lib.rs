@@ -23,6 +23,8 @@ pub mod limits;
 pub mod pool;
 pub mod rank;
 pub mod rows;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod types;
 pub mod vector;
 

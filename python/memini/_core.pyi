@@ -33,6 +33,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "Completions",
     "Engine",
+    "Front",
     "LocalModel",
     "build_profile",
     "check_namespace",
@@ -258,6 +259,33 @@ class Completions:
     def __new__(cls) -> Completions: ...
     def fileno(self) -> int: ...
     def drain(self) -> None: ...
+
+@final
+class Front:
+    """The HTTP front of ``memini serve --front`` (rust/serve): bound to ``host:port`` at once,
+    serving from ``serve`` (auth from the keys of ``set_keys``; the hot routes answered from
+    ``engine``, every other request forwarded to the app on the Unix socket ``app`` with
+    ``token``) until ``stop``; ``wait`` waits up to ``timeout`` s for its connections to
+    end; ``observed`` takes the (route, seconds) of the calls it answered itself since the
+    last take, and how many more it answered without keeping their latency."""
+
+    def __new__(cls, host: str, port: int, backlog: int, admin: str | None) -> Front: ...
+    @property
+    def port(self) -> int: ...
+    def serve(
+        self,
+        app: str,
+        token: str,
+        max_body: int,
+        body_timeout: float,
+        header_timeout: float,
+        max_connections: int,
+        engine: Engine | None,
+    ) -> None: ...
+    def observed(self) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]: ...
+    def set_keys(self, open: bool, keys: list[tuple[str, str, str, str, bool]]) -> None: ...
+    def stop(self) -> None: ...
+    def wait(self, timeout: float) -> bool: ...
 
 @final
 class LocalModel:

@@ -67,6 +67,9 @@ _JSON: Final = "application/json"
 _JSON_HEADER: Final = (b"content-type", b"application/json")
 _V1: Final = "/v1/"
 _VECTOR_FORMAT: Final = wire.VECTOR_FORMAT.encode()
+# the HTTP front's decision and its token (`memini.server._auth.Gate.principal`)
+_PRINCIPAL: Final = b"memini-principal"
+_TOKEN: Final = b"memini-front-token"
 # Worker threads for store calls: the AsyncStore default (twice the cores), and at least
 # anyio's default 40 (the pool Starlette used), so that up to 40 concurrent writes share one
 # group commit even on a small machine.
@@ -97,6 +100,17 @@ def _meminierror_answer(exc: MeminiError) -> _Answer:
     cls = type(exc)
     name = cls.__name__ if cls.__name__ in wire.ERRORS else "MeminiError"
     return _error_answer(wire.status_of(exc), name, str(exc))
+
+
+def _principal(service: Service, request: Request) -> Principal:
+    """The caller of a request outside ``/v1`` (`memini.server._auth.Gate.principal`)."""
+    headers = request.headers
+    token, decided = headers.get("memini-front-token"), headers.get("memini-principal")
+    return service.gate.principal(
+        headers.get("authorization"),
+        None if token is None else token.encode("latin-1"),
+        None if decided is None else decided.encode("latin-1"),
+    )
 
 
 def _error(status: int, type_name: str, message: str) -> Response:
@@ -164,9 +178,7 @@ class _McpRoute:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            principal: Principal = self._service.gate.principal(
-                request.headers.get("authorization")
-            )
+            principal: Principal = _principal(self._service, request)
         except MeminiError as e:
             _LOG.warning("refused /mcp with 401: %s", e)
             await _meminierror(e)(scope, receive, send)
@@ -382,6 +394,8 @@ def create_app(
         authorization: bytes | None = None
         declared: bytes | None = None
         base64 = False
+        token: bytes | None = None
+        decided: bytes | None = None
         for key, value in scope["headers"]:
             if key == b"authorization":
                 authorization = value
@@ -389,9 +403,15 @@ def create_app(
                 declared = value
             elif key == _VECTOR_FORMAT:
                 base64 = value.lower() == b"base64"
+            elif key == _PRINCIPAL:
+                decided = value
+            elif key == _TOKEN:
+                token = value
         try:
             principal = service.gate.principal(
-                None if authorization is None else authorization.decode("latin-1")
+                None if authorization is None else authorization.decode("latin-1"),
+                token,
+                decided,
             )
             raw = await _body(receive, declared, max_body, body_timeout)
             t0 = time.perf_counter()
@@ -452,11 +472,17 @@ def create_app(
     async def metrics(request: Request) -> Response:
         if metrics_admin_only:
             try:
-                principal = service.gate.principal(request.headers.get("authorization"))
+                principal = _principal(service, request)
             except MeminiError as e:
                 return _meminierror(e)
             if not principal.secret:
                 return _error(403, "AuthError", "/metrics needs the admin secret on this server")
+        if service.front is not None:  # the calls the front answered itself, as if here
+            observed, unobserved = service.front.observed()
+            for route, seconds in observed:
+                observe(route, 200, seconds)
+            for route, n in unobserved:
+                requests.labels(route, "200").inc(n)
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
 
     async def refresh_gauges() -> None:
