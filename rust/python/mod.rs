@@ -13,6 +13,7 @@ mod convert;
 mod embed;
 mod engine;
 mod errors;
+mod front;
 mod rules;
 mod spawn;
 
@@ -162,6 +163,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<embed::PyLocalModel>()?;
     m.add_class::<spawn::Completions>()?;
+    m.add_class::<front::PyFront>()?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(simd, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
