@@ -41,6 +41,7 @@ __all__ = [
     "coherence_sample",
     "fuse",
     "ranking",
+    "simd",
     "vector_scores",
 ]
 
@@ -73,6 +74,10 @@ as ``sort_key`` and ``sort_asc``); ``now`` is always resolved. Timestamps are ``
 microseconds, enums their string values, metadata pairs lists of ``(key, value)``."""
 
 def build_profile() -> Literal["release", "debug"]: ...
+def simd(metric: str) -> dict[str, str]:
+    """The SIMD kernels chosen at run time on this CPU for a store of ``metric``:
+    ``{"vector_graph": <usearch's>, "compact_scan": <pulp's>}`` (as ``stats()["simd"]``)."""
+
 def ranking(
     tier: str,
     importance: float,

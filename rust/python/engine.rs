@@ -439,6 +439,7 @@ impl PyEngine {
         d.set_item("bytes_on_disk", s.bytes_on_disk)?;
         d.set_item("dims", s.dims)?;
         d.set_item("metric", s.metric.as_str())?;
+        d.set_item("simd", super::simd_dict(py, s.simd)?)?;
         Ok(d)
     }
 
