@@ -159,9 +159,11 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with Store.open(None, dims=2) as s:
         k = s.stats()["simd"]
     assert kernels == (
-        f"SIMD on this CPU: vector graph {k['vector_graph']}, compact scan {k['compact_scan']}"
+        f"SIMD on this CPU: vector graph {k['vector_graph']}, compact scan {k['compact_scan']}, "
+        f"embedder {k['embedder']}"
     )
     assert k["compact_scan"] in ("v4", "v3", "neon", "scalar")
+    assert k["embedder"] == k["compact_scan"]  # both dispatch through pulp
     assert k["vector_graph"]
 
 

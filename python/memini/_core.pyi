@@ -76,7 +76,8 @@ microseconds, enums their string values, metadata pairs lists of ``(key, value)`
 def build_profile() -> Literal["release", "debug"]: ...
 def simd(metric: str) -> dict[str, str]:
     """The SIMD kernels chosen at run time on this CPU for a store of ``metric``:
-    ``{"vector_graph": <usearch's>, "compact_scan": <pulp's>}`` (as ``stats()["simd"]``)."""
+    ``{"vector_graph": <usearch's>, "compact_scan": <pulp's>, "embedder": <pulp's>}`` (as
+    ``stats()["simd"]``)."""
 
 def ranking(
     tier: str,

@@ -125,6 +125,8 @@ pub fn simd(metric: crate::types::Metric) -> Result<Vec<(&'static str, String)>>
     Ok(vec![
         ("vector_graph", graph::kernel(metric)?),
         ("compact_scan", compact::kernel()),
+        // the local embedder's kernels (rust/embed/kernels.rs) dispatch through pulp too
+        ("embedder", compact::kernel()),
     ])
 }
 

@@ -86,9 +86,11 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         kernels = simd("l2")
-        graph, scan = kernels["vector_graph"], kernels["compact_scan"]
         print(f"memini {__version__}")
-        print(f"SIMD on this CPU: vector graph {graph}, compact scan {scan}")
+        print(
+            "SIMD on this CPU: "
+            + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in kernels.items())
+        )
         parser.exit()
 
 
