@@ -260,7 +260,9 @@ impl LocalModel {
             reason = "a head is at most a few hundred wide"
         )]
         let scale = (1.0 / ((h / cfg.heads) as f64).sqrt()) as f32;
-        let mut layers = Vec::with_capacity(cfg.layers);
+        // not preallocated: the count comes from a user's config.json, and a missing layer's
+        // weights end the loop with an error long before a bogus count would
+        let mut layers = Vec::new();
         for i in 0..cfg.layers {
             let layer = format!("encoder.layer.{i}");
             let mut linear = |name: &str, n: usize, k: usize, scale: f32| -> Result<Packed> {
