@@ -189,26 +189,33 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
                 s.vector_search(NS, q, k=10)
             in_process = min(in_process, (time.perf_counter() - t0) / len(qs))
             in_process_cpu = min(in_process_cpu, (time.thread_time() - c0) / len(qs))
+    # the same rows for the front's server (`served_front`), copied while no one writes
+    shutil.rmtree(path.with_name("served-store-front"), ignore_errors=True)
+    shutil.copytree(path, path.with_name("served-store-front"))
+    url, proc = _serve(path)
+    yield {"url": url, "proc": proc, "in_process_s": in_process, "in_process_cpu_s": in_process_cpu}
+    _stop(proc)
+
+
+def _serve(path: Path, *flags: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """``memini serve`` of the store at ``path`` in its own process (events logged, open
+    access on loopback), ready."""
     port = _port()
     env = {k: v for k, v in os.environ.items() if k != "MEMINI_ADMIN_KEY"}
+    argv = [sys.executable, "-m", "memini.cli", "serve", "--store", str(path)]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memini.cli",
-            "serve",
-            "--store",
-            str(path),
-            "--port",
-            str(port),
-            "--no-mcp",
-        ],
-        env=env,
-        stderr=subprocess.DEVNULL,
+        [*argv, "--port", str(port), "--no-mcp", *flags], env=env, stderr=subprocess.DEVNULL
     )
     url = f"http://127.0.0.1:{port}"
     _wait_ready(url, proc)
-    yield {"url": url, "proc": proc, "in_process_s": in_process, "in_process_cpu_s": in_process_cpu}
+    return url, proc
+
+
+@pytest.fixture(scope="module")
+def served_front(served: dict[str, Any], bench_dir: Path) -> Iterator[dict[str, Any]]:
+    """`served`'s rows (a copy) served with ``--front``: the HTTP front in the core."""
+    url, proc = _serve(bench_dir / "served-store-front", "--front")
+    yield {"url": url, "proc": proc}
     _stop(proc)
 
 
@@ -296,6 +303,88 @@ def test_served_vector_search_vs_bare_endpoint(
     }
     benchmark.extra_info.update(info)
     print("\nserved vector_search:", json.dumps(info, indent=1))
+
+
+def _gil_seconds(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling ``pid`` 200 times a second for ``seconds``, only while a thread of it
+    holds the GIL (``--gil``, raw format); None without py-spy."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        return None
+    argv = [spy, "record", "--gil", "--format", "raw", "-r", "200", "--nonblocking"]
+    argv += ["-d", str(max(1, round(seconds))), "--pid", str(pid), "-o", str(out)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _gil_samples(spy: subprocess.Popen[bytes], out: Path) -> float | None:
+    """The GIL-held seconds py-spy saw (samples / 200), None when it could not attach."""
+    _, err = spy.communicate(timeout=120)
+    if spy.returncode != 0 or not out.exists():
+        print("py-spy:", err.decode(errors="replace")[-300:])
+        return None
+    samples = 0
+    for line in out.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if stack and n.isdigit():
+            samples += int(n)
+    return samples / 200
+
+
+def test_served_vector_search_front_vs_default(
+    benchmark: Any,
+    served: dict[str, Any],
+    served_front: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """``vector_search`` k=10, 4 client processes, against the same rows served by the
+    default path (uvicorn) and by the front (``--front``, the search answered in the core),
+    two alternating runs each: the server's CPU per request (psutil, every thread) beside
+    the in-process search's, and the GIL held per request (py-spy ``--gil`` samples over a
+    third run of each; skipped without py-spy)."""
+    seconds = _seconds(pytestconfig)
+    bodies = _search_bodies(data)
+    out: dict[str, Any] = {}
+    servers = {"default": served, "front": served_front}
+
+    def run() -> None:
+        for rnd in (1, 2):
+            for name, srv in servers.items():
+                proc = psutil.Process(srv["proc"].pid)
+                cpu0 = sum(proc.cpu_times()[:2])
+                r = _load(srv["url"], "/v1/vector_search", bodies, 4, seconds, tmp_path)
+                cpu = sum(proc.cpu_times()[:2]) - cpu0
+                r["server_cpu_us_per_request"] = 1e6 * cpu / max(r["requests"], 1)
+                out[f"{name}_run{rnd}"] = r
+        for name, srv in servers.items():
+            trace = tmp_path / f"gil-{name}.txt"
+            spy = _gil_seconds(srv["proc"].pid, seconds + 1.5 + 0.4 * 4, trace)
+            r = _load(srv["url"], "/v1/vector_search", bodies, 4, seconds, tmp_path)
+            held = None if spy is None else _gil_samples(spy, trace)
+            if held is not None:  # py-spy's window also covers the clients' start (idle)
+                out[f"{name}_gil_us_per_request"] = 1e6 * held / max(r["requests"], 1)
+
+    benchmark.group = "server: vector_search k=10, front vs default"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    in_cpu_us = 1e6 * served["in_process_cpu_s"]
+    info: dict[str, Any] = {
+        "rows": data.n,
+        "machine": f"{os.cpu_count()} cores, shared with the clients and other work (loaded)",
+        "in_process_cpu_us_per_search": round(in_cpu_us, 1),
+    }
+    for key, r in out.items():
+        if isinstance(r, dict):
+            info[f"{key}_rps"] = round(r["rps"], 1)
+            info[f"{key}_p50_ms"] = round(r["p50_ms"], 3)
+            info[f"{key}_server_cpu_us"] = round(r["server_cpu_us_per_request"], 1)
+            info[f"{key}_cpu_vs_in_process"] = round(r["server_cpu_us_per_request"] / in_cpu_us, 2)
+        else:
+            info[key] = round(r, 1)
+    info["goal_cpu_vs_in_process"] = 1.3
+    info["goal_gil_us_per_request"] = 40
+    benchmark.extra_info.update(info)
+    print("\nvector_search, front vs default:", json.dumps(info, indent=1))
 
 
 def test_served_durable_single_upserts(

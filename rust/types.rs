@@ -17,6 +17,58 @@ pub fn now_micros() -> Micros {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// A UTC instant's calendar fields (proleptic Gregorian), as Python's `datetime` holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Civil {
+    pub year: i32,
+    pub month: u8,
+    pub day: u8,
+    pub hour: u8,
+    pub minute: u8,
+    pub second: u8,
+    pub micro: u32,
+}
+
+const US_PER_DAY: Micros = 86_400_000_000;
+/// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z: the range of Python's datetime.
+const MIN_US: Micros = -62_135_596_800_000_000;
+const MAX_US: Micros = 253_402_300_799_999_999;
+
+/// The calendar fields of `us` microseconds since the epoch, exactly (no float rounding);
+/// None outside the range of Python's `datetime` (years 1 to 9999).
+#[must_use]
+pub fn civil(us: Micros) -> Option<Civil> {
+    if !(MIN_US..=MAX_US).contains(&us) {
+        return None;
+    }
+    // civil date from days since 1970-01-01 (H. Hinnant's algorithm, proleptic Gregorian)
+    let (days, rem) = (us.div_euclid(US_PER_DAY), us.rem_euclid(US_PER_DAY));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let secs = rem / 1_000_000;
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "range-checked above: every component fits its type"
+    )]
+    Some(Civil {
+        year: year as i32,
+        month: month as u8,
+        day: day as u8,
+        hour: (secs / 3600) as u8,
+        minute: (secs / 60 % 60) as u8,
+        second: (secs % 60) as u8,
+        micro: (rem % 1_000_000) as u32,
+    })
+}
+
 macro_rules! string_enum {
     ($(#[$doc:meta])* $name:ident, $what:literal { $($variant:ident = $s:literal),* $(,)? }) => {
         $(#[$doc])*

@@ -4,6 +4,7 @@ the front; bad bodies never reach the store. Every test talks HTTP to a real ser
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import socket
@@ -12,17 +13,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import numpy as np
 import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memini
-from memini import APIKey, Memory, hash_api_key
+from memini import APIKey, EventFilter, Memory, hash_api_key
+from memini import _wire as wire
 from memini.server import Server, ServerOptions
+from memini.server._app import _call_json
+from memini.server._auth import ADMIN as ADMIN_PRINCIPAL
+from memini.server._auth import Principal
 
 ADMIN = "front-admin-secret"
 KEY_A = "front-key-a"
@@ -271,3 +278,290 @@ def test_serve_puts_the_front_before_the_app_only_with_front(tmp_path: Path, fro
     finally:
         proc.kill()
     assert not list(tmp_path.glob("memini-serve-*"))
+
+
+# --------------------------------------------------------------------------------------------
+# vector_search answered by the front (no GIL), its event rows queued in the core
+# --------------------------------------------------------------------------------------------
+
+_ROWS = [
+    Memory(
+        id="m1",
+        namespace="org/a",
+        content='héllo \x01 \u2028 "quoted" \\ wörld 🧠',
+        metadata={
+            "f": 1e-7,
+            "big": 2.5e20,
+            "n": [1, -3, True, None, 0.1],
+            "m": {"z": 1, "a": "é\n"},
+        },
+        tags=["t", "ü"],
+        importance=0.3,
+        confidence=0.123456789,
+        level=memini.Level.DEDUCED,
+        tier=memini.Tier.EPISODIC,
+        expires_at=datetime(2100, 1, 1, tzinfo=UTC),
+        valid_from=datetime(2000, 1, 1, 1, 1, 1, 5, tzinfo=UTC),
+        valid_to=datetime(2200, 5, 6, tzinfo=UTC),
+        linked_memory_ids=["m2"],
+        embedding=[1.0, 0.5, 0.0, 0.0],
+    ),
+    Memory(id="m2", namespace="org/a", content="x" * 300, embedding=[0.1, 0.2, 0.3, 0.4]),
+    Memory(
+        id="m3", namespace="org/a/sub", content="below", summary="s" * 201, embedding=[0, 1, 0, 0]
+    ),
+    Memory(id="m4", namespace="org/b", content="other tenant", embedding=[1.0, 0.5, 0.0, 0.0]),
+]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """`served`'s keys over rows of every field's kind (floats, datetimes, metadata,
+    unicode), in ``org/a``, ``org/a/sub`` and ``org/b``."""
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, front=True)
+    server = Server.open(tmp_path_factory.mktemp("search") / "store", dims=4, options=opts)
+    store = server.service.store
+    store.put_api_key(APIKey("a", hash_api_key(KEY_A), home_ns="org/a"))
+    server.service.gate.keys_changed()
+    store.upsert_many(_ROWS)
+    server.start()
+    yield server
+    server.stop()
+
+
+def _principal(server: Server, secret: str) -> Principal:
+    if secret == ADMIN:
+        return ADMIN_PRINCIPAL
+    key = server.service.store.get_api_key_by_hash(hash_api_key(secret))
+    assert key is not None
+    return Principal(key, key.name)
+
+
+def _app_answer(server: Server, secret: str, method: str, raw: bytes) -> bytes:
+    """What the app answers for this body, served in-process (its events logged too)."""
+    return _call_json(server.service, _principal(server, secret), wire.METHODS[method], raw, False)
+
+
+def _native(server: Server, secret: str, method: str, raw: bytes) -> tuple[httpx.Response, bool]:
+    """The answer through the front, and whether the front answered it itself."""
+    front = server.service.front
+    assert front is not None
+    front.observed()
+    r = httpx.post(
+        f"{server.url}/v1/{method}", content=raw, headers={"authorization": _bearer(secret)}
+    )
+    return r, [route for route, _ in front.observed()[0]] == [method]
+
+
+def _b64(v: list[float]) -> str:
+    return base64.b64encode(np.asarray(v, "<f4").tobytes()).decode()
+
+
+@pytest.mark.parametrize(
+    ("secret", "body"),
+    [
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 0.1]}),
+        (ADMIN, {"namespace": "org/a", "vector": _b64([0.3, 0.1, 0.2, 0.9]), "k": 1}),
+        (ADMIN, {"namespace": "org/b", "vector": [1e-7, 2.5, -1, 3], "filter": None, "k": 3}),
+        (ADMIN, {"namespace": "nobody", "vector": [1, 0, 0, 0]}),
+        (KEY_A, {"namespace": "org/a", "vector": [0.1, 0.2, 0.3, 0.4], "k": 10000}),
+        (KEY_A, {"namespace": "org/a/sub", "vector": _b64([0, 1, 0, 0])}),
+    ],
+)
+def test_vector_search_is_answered_by_the_front_as_the_app_answers_it(
+    searched: Server, secret: str, body: dict[str, object]
+) -> None:
+    raw = wire.dumps(body)
+    r, native = _native(searched, secret, "vector_search", raw)
+    assert native
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    assert r.content == _app_answer(searched, secret, "vector_search", raw)
+
+
+@pytest.mark.parametrize(
+    ("secret", "body", "status"),
+    [
+        (KEY_A, {"namespace": "org/b", "vector": [1, 0, 0, 0]}, 403),
+        (KEY_A, {"namespace": "org/ab", "vector": [1, 0, 0, 0]}, 403),
+        ("no-such-key", {"namespace": "org/a", "vector": [1, 0, 0, 0]}, 401),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0]}, 422),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, {"$memini:float": "nan"}]}, 400),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 1e39]}, 400),
+        (ADMIN, {"namespace": "org/a", "vector": "AACAPw", "k": 1}, 400),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 0], "k": 0}, 400),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 0], "k": None}, 400),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 0], "k": 10001}, 400),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 0], "k": 2.0}, 200),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 0], "kk": 2}, 400),
+        (ADMIN, {"namespace": "", "vector": [1, 0, 0, 0]}, 200),
+        (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 0], "filter": {"tags": ["t"]}}, 200),
+        (ADMIN, {"namespace": "a\u202eb", "vector": [1, 0, 0, 0]}, 200),
+    ],
+)
+def test_vector_search_the_front_is_unsure_of_goes_to_the_app(
+    searched: Server, secret: str, body: dict[str, object], status: int
+) -> None:
+    """Anything but a plain call the caller may make (another tenant's namespace, a bad
+    vector or ``k``, an unknown argument, a filter, a name the engine refuses) is answered
+    by the app, errors and their messages included."""
+    r, native = _native(searched, secret, "vector_search", wire.dumps(body))
+    assert not native
+    assert r.status_code == status, r.text
+    if status == 403:
+        assert "org/b" not in r.text
+
+
+def _rows(store: memini.Store, op_ids: set[str]) -> list[tuple[object, ...]]:
+    """The logged rows of these operations, without what differs per call (ids, times)."""
+    return sorted(
+        (e.namespace, e.memory_id, e.memory_ns, e.memory_tier, e.memory_summary, e.rank,
+         e.score, e.query, e.kind, e.detail["caller"], e.detail["k"], e.detail["namespaces"])
+        for e in store.list_events(EventFilter())
+        if e.op_id in op_ids
+    )  # fmt: skip
+
+
+def test_the_front_logs_the_rows_the_app_logs(searched: Server) -> None:
+    """A search the front answers logs the rows `Service.finish` logs for the same call:
+    one per hit under the hit's namespace (summary cut to 200 characters), or one per
+    namespace searched when nothing was found; the caller is the key's name."""
+    store = searched.service.store
+    recorder = searched.service.recorder
+    assert recorder is not None
+    for secret, body in [
+        (KEY_A, {"namespace": "org/a", "vector": [0.1, 0.2, 0.3, 0.4], "k": 2}),
+        (ADMIN, {"namespace": "org/a/sub", "vector": [0, 1, 0, 0]}),
+        (ADMIN, {"namespace": "empty/ns", "vector": [0, 1, 0, 0]}),
+    ]:
+        raw = wire.dumps(body)
+        recorder.flush()
+        before = {e.op_id for e in store.list_events(EventFilter())}
+        _, native = _native(searched, secret, "vector_search", raw)
+        assert native
+        recorder.flush()
+        by_front = {e.op_id for e in store.list_events(EventFilter())} - before
+        _app_answer(searched, secret, "vector_search", raw)
+        recorder.flush()
+        by_app = {e.op_id for e in store.list_events(EventFilter())} - before - by_front
+        assert len(by_front) == len(by_app) == 1
+        assert _rows(store, by_front) == _rows(store, by_app)
+        assert _rows(store, by_front)
+
+
+def test_a_full_event_queue_drops_rows_and_counts_them(tmp_path: Path) -> None:
+    """A call whose rows do not fit the front's queue is answered, its rows dropped and
+    counted in the served ``stats()`` and ``/metrics``; it never waits."""
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, front=True, event_queue=1)
+    server = Server.open(tmp_path / "s", dims=4, options=opts)
+    server.service.store.upsert_many(_ROWS[:2])
+    server.start()
+    try:
+        body = wire.dumps({"namespace": "org/a", "vector": [1, 0, 0, 0]})  # two hits: two rows
+        r, native = _native(server, ADMIN, "vector_search", body)
+        assert native and r.status_code == 200 and len(r.json()) == 2
+        assert server.service.recorder is not None
+        server.service.recorder.flush()
+        assert not server.service.store.list_events(EventFilter(namespace="org/a"))
+        stats = _post(server, "stats", {}, authorization=_bearer(ADMIN)).json()
+        assert stats["events_dropped"] == 2
+        metrics = httpx.get(f"{server.url}/metrics").text
+        assert "memini_event_rows_dropped 2.0" in metrics
+    finally:
+        server.stop()
+
+
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
+_META = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(-(1 << 63), (1 << 63) - 1)
+    | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_TIMES = st.datetimes(
+    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
+)
+_FLOAT32 = st.floats(-1e6, 1e6, allow_nan=False, width=32)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    content=_TEXT.filter(str.strip),
+    summary=_TEXT,
+    metadata=st.dictionaries(_TEXT, _META, max_size=4),
+    tags=st.lists(_TEXT, max_size=3),
+    importance=st.floats(-1e300, 1e300, allow_nan=False),
+    confidence=st.none() | st.floats(0, 1),
+    created=_TIMES,
+    valid_to=st.none() | _TIMES,
+    query=st.lists(_FLOAT32, min_size=4, max_size=4),
+    as_base64=st.booleans(),
+)
+def test_fuzz_front_vector_search_answers_as_the_app(
+    searched: Server,
+    content: str,
+    summary: str,
+    metadata: dict[str, object],
+    tags: list[str],
+    importance: float,
+    confidence: float | None,
+    created: datetime,
+    valid_to: datetime | None,
+    query: list[float],
+    as_base64: bool,
+) -> None:
+    store = searched.service.store
+    m = Memory(
+        id="fuzz", namespace="org/a/fuzz", content=content, summary=summary, metadata=metadata,
+        tags=tags, importance=importance, confidence=confidence, created_at=created,
+        updated_at=created, last_accessed_at=created, valid_to=valid_to,
+        embedding=[0.5, 0.5, 0.5, 0.5],
+    )  # fmt: skip
+    try:
+        store.upsert(m)
+    except memini.MeminiError:
+        return  # refused by the store: nothing to search
+    vector: object = _b64(query) if as_base64 else query
+    raw = wire.dumps({"namespace": "org/a/fuzz", "vector": vector, "k": 2})
+    r, native = _native(searched, ADMIN, "vector_search", raw)
+    assert r.status_code == 200
+    if any(query):  # a zero query is refused by a cosine store: the app says so
+        assert native
+    assert r.content == _app_answer(searched, ADMIN, "vector_search", raw)
+
+
+_SEARCH_ARGS = st.fixed_dictionaries(
+    {},
+    optional={
+        "namespace": _JSON | st.sampled_from(["org/a", "org/b", "org/a/sub"]),
+        "vector": _JSON
+        | st.lists(_JSON | _FLOAT32, min_size=4, max_size=4)
+        | st.just("AACAPwAAAAAAAAAAAAAAAA==")
+        | st.text("AB=+/", max_size=24),
+        "k": _JSON | st.integers(-5, 20_000),
+        "filter": st.none() | _JSON,
+    },
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(secret=st.sampled_from([ADMIN, KEY_A]), args=_SEARCH_ARGS)
+def test_fuzz_front_vector_search_bodies(searched: Server, secret: str, args: object) -> None:
+    """Whatever the body, an answer the front gives itself is the app's, byte for byte;
+    the rest are the app's own answers (JSON errors for bad input)."""
+    raw = wire.dumps(args)
+    r, native = _native(searched, secret, "vector_search", raw)
+    if native:
+        assert r.status_code == 200
+        assert r.content == _app_answer(searched, secret, "vector_search", raw)
+    elif r.status_code != 200:
+        assert 400 <= r.status_code < 500, r.text
+        assert set(r.json()["error"]) == {"type", "message"}
+    assert searched.service.store.count("org/b") == 1

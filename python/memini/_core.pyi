@@ -39,6 +39,7 @@ __all__ = [
     "check_namespace",
     "coherence",
     "coherence_sample",
+    "event_summary",
     "fuse",
     "ranking",
     "simd",
@@ -74,6 +75,10 @@ as ``sort_key`` and ``sort_asc``); ``now`` is always resolved. Timestamps are ``
 microseconds, enums their string values, metadata pairs lists of ``(key, value)``."""
 
 def build_profile() -> Literal["release", "debug"]: ...
+def event_summary(summary: str, content: str) -> str:
+    """The summary an event row keeps of a memory: ``summary``, else ``content``, cut to 200
+    characters with ``…`` as the last one."""
+
 def simd(metric: str) -> dict[str, str]:
     """The SIMD kernels chosen at run time on this CPU for a store of ``metric``:
     ``{"vector_graph": <usearch's>, "compact_scan": <pulp's>, "embedder": <pulp's>}`` (as
@@ -273,7 +278,12 @@ class Front:
     ``engine``, every other request forwarded to the app on the Unix socket ``app`` with
     ``token``) until ``stop``; ``wait`` waits up to ``timeout`` s for its connections to
     end; ``observed`` takes the (route, seconds) of the calls it answered itself since the
-    last take, and how many more it answered without keeping their latency."""
+    last take, and how many more it answered without keeping their latency; ``take_events``
+    the searches it answered since the last take (up to ``event_rows`` rows queued; none
+    when 0), for their event rows:
+    (method, (caller kind, key name), k, namespaces, query, created_at, one list of
+    (id, namespace, tier, summary, score) per query); ``events_dropped`` the rows a full
+    queue dropped."""
 
     def __new__(cls, host: str, port: int, backlog: int, admin: str | None) -> Front: ...
     @property
@@ -287,7 +297,23 @@ class Front:
         header_timeout: float,
         max_connections: int,
         engine: Engine | None,
+        event_rows: int,
     ) -> None: ...
+    def take_events(
+        self,
+    ) -> list[
+        tuple[
+            str,
+            tuple[str, str],
+            int,
+            list[str],
+            str,
+            int,
+            list[list[tuple[str, str, str, str, float]]],
+        ]
+    ]: ...
+    @property
+    def events_dropped(self) -> int: ...
     def observed(self) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]: ...
     def set_keys(self, open: bool, keys: list[tuple[str, str, str, str, bool]]) -> None: ...
     def stop(self) -> None: ...

@@ -408,47 +408,25 @@ impl<'py> Instance<'py> {
     }
 }
 
-const US_PER_DAY: Micros = 86_400_000_000;
-/// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z: the range of Python's datetime.
-const MIN_US: Micros = -62_135_596_800_000_000;
-const MAX_US: Micros = 253_402_300_799_999_999;
-
-/// Microseconds since the epoch -> an aware UTC `datetime`, exactly (no float rounding).
+/// Microseconds since the epoch -> an aware UTC `datetime`, exactly (`crate::types::civil`).
 fn datetime(py: Python<'_>, us: Micros) -> PyResult<Bound<'_, PyDateTime>> {
-    if !(MIN_US..=MAX_US).contains(&us) {
+    let Some(c) = crate::types::civil(us) else {
         return Err(to_py(
             py,
             Error::Corruption(format!(
                 "stored timestamp {us} µs is outside the datetime range"
             )),
         ));
-    }
-    // civil date from days since 1970-01-01 (H. Hinnant's algorithm, proleptic Gregorian)
-    let (days, rem) = (us.div_euclid(US_PER_DAY), us.rem_euclid(US_PER_DAY));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let secs = rem / 1_000_000;
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "range-checked above: every component fits its type"
-    )]
+    };
     PyDateTime::new(
         py,
-        year as i32,
-        month as u8,
-        day as u8,
-        (secs / 3600) as u8,
-        (secs / 60 % 60) as u8,
-        (secs % 60) as u8,
-        (rem % 1_000_000) as u32,
+        c.year,
+        c.month,
+        c.day,
+        c.hour,
+        c.minute,
+        c.second,
+        c.micro,
         Some(&PyTzInfo::utc(py)?.to_owned()),
     )
 }

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 use super::engine::PyEngine;
 use crate::serve::auth::{Key, Keys};
+use crate::serve::events::Search;
 use crate::serve::{Front, Limits};
 
 /// A key as Python pushes it: (hash, name, home_ns, default_ns, disabled).
@@ -50,7 +51,7 @@ impl PyFront {
         self.front.local_addr().port()
     }
 
-    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine))]
+    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, event_rows))]
     #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     fn serve(
         &self,
@@ -61,6 +62,7 @@ impl PyFront {
         header_timeout: f64,
         max_connections: usize,
         engine: Option<PyRef<'_, PyEngine>>,
+        event_rows: usize,
     ) {
         let limits = Limits {
             max_body,
@@ -69,7 +71,7 @@ impl PyFront {
             max_connections,
         };
         self.front
-            .serve(app, token, limits, engine.map(|e| e.shared()));
+            .serve(app, token, limits, engine.map(|e| e.shared()), event_rows);
     }
 
     fn set_keys(&self, open: bool, keys: Vec<KeyRow>) {
@@ -83,6 +85,19 @@ impl PyFront {
         self.front.observed()
     }
 
+    /// The searches the front answered since the last call, for their event rows
+    /// (`memini.server._events`): (method, (caller kind, key name), k, namespaces, query,
+    /// created_at, [[(id, namespace, tier, summary, score), ...] per query]).
+    fn take_events(&self) -> Vec<Search> {
+        self.front.take_events()
+    }
+
+    /// Event rows dropped since the start because the queue was full.
+    #[getter]
+    fn events_dropped(&self) -> u64 {
+        self.front.events_dropped()
+    }
+
     fn stop(&self) {
         self.front.stop();
     }
@@ -90,4 +105,10 @@ impl PyFront {
     fn wait(&self, py: Python<'_>, timeout: f64) -> bool {
         py.detach(|| self.front.wait(Duration::from_secs_f64(timeout)))
     }
+}
+
+/// The summary an event row keeps of a memory (`crate::serve::events::summary`).
+#[pyfunction]
+pub fn event_summary(summary: &str, content: &str) -> String {
+    crate::serve::events::summary(summary, content)
 }

@@ -16,7 +16,9 @@
 //! busy together and the app sees as many connections as the front has callers.
 
 pub mod auth;
+pub mod events;
 mod native;
+mod wire;
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -41,6 +43,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::Engine;
 use auth::{Decision, Keys};
+use events::{Events, Search};
 
 /// The header carrying the front's decision to the Python app.
 pub const PRINCIPAL: &str = "memini-principal";
@@ -68,6 +71,8 @@ struct Shared {
     engine: Option<Arc<Engine>>,
     stopping: Arc<AtomicBool>,
     observed: Arc<Observed>,
+    /// Where the calls answered here queue their event rows (None: no event log).
+    events: Option<Arc<Events>>,
 }
 
 /// Latencies of the calls answered here since the last scrape (bounded: beyond
@@ -116,6 +121,7 @@ pub struct Front {
     keys: Arc<RwLock<Arc<Keys>>>,
     stopping: Arc<AtomicBool>,
     observed: Arc<Observed>,
+    events: std::sync::OnceLock<Arc<Events>>,
 }
 
 impl Front {
@@ -150,6 +156,7 @@ impl Front {
             keys: Arc::default(),
             stopping: Arc::default(),
             observed: Arc::default(),
+            events: std::sync::OnceLock::new(),
         })
     }
 
@@ -160,9 +167,17 @@ impl Front {
     }
 
     /// Start serving: auth from the keys of `set_keys` (none before), the hot routes
-    /// answered from `engine` (when given), everything else forwarded to the app listening
+    /// answered from `engine` (when given; their event rows queued for `take_events`, up
+    /// to `event_rows` rows, none when 0), everything else forwarded to the app listening
     /// on the Unix socket `app` with `token`. Once only (later calls do nothing).
-    pub fn serve(&self, app: PathBuf, token: &str, limits: Limits, engine: Option<Arc<Engine>>) {
+    pub fn serve(
+        &self,
+        app: PathBuf,
+        token: &str,
+        limits: Limits,
+        engine: Option<Arc<Engine>>,
+        event_rows: usize,
+    ) {
         let Some(listener) = self.listener.lock().take() else {
             return;
         };
@@ -177,6 +192,11 @@ impl Front {
             engine,
             stopping: self.stopping.clone(),
             observed: self.observed.clone(),
+            events: (event_rows > 0).then(|| {
+                self.events
+                    .get_or_init(|| Arc::new(Events::new(event_rows)))
+                    .clone()
+            }),
         });
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         *self.done.lock() = Some(done_rx);
@@ -203,6 +223,16 @@ impl Front {
     /// The calls answered here since the last call (`Observed::take`).
     pub fn observed(&self) -> Calls {
         self.observed.take()
+    }
+
+    /// The searches answered here since the last call, for their event rows.
+    pub fn take_events(&self) -> Vec<Search> {
+        self.events.get().map(|e| e.take()).unwrap_or_default()
+    }
+
+    /// Event rows dropped since the start because the queue was full.
+    pub fn events_dropped(&self) -> u64 {
+        self.events.get().map_or(0, |e| e.dropped())
     }
 
     /// Wait up to `timeout` for the connections to end after `stop`; whether they did.
@@ -384,8 +414,15 @@ fn answer_here(
     }
     let route = parts.uri.path().strip_prefix("/v1/")?;
     let route = native::ROUTES.into_iter().find(|r| *r == route)?;
+    let call = native::Call {
+        engine,
+        keys,
+        decision,
+        events: shared.events.as_deref(),
+    };
     let json = match route {
-        "count" => native::count(engine, keys, decision, body)?,
+        "count" => native::count(&call, body)?,
+        "vector_search" => native::vector_search(&call, body)?,
         _ => return None,
     };
     let mut answer = Response::new(full(json.into()));

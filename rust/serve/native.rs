@@ -5,17 +5,33 @@
 //! take, a filter, a namespace the caller may not touch, an engine error, a server stopping)
 //! returns `None` and the request goes to the Python app, which answers it exactly as
 //! before, errors included. A route here changes nothing stored.
+//!
+//! A search answered here queues its event rows (`events`) as the app's `Service.finish`
+//! would record them: the call is the app's in everything but the GIL.
 
+use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::auth::{Decision, Keys};
-use crate::types::{FilterSpec, Micros};
+use super::events::{self, Caller, Events, Search};
+use super::wire;
+use crate::types::{FilterSpec, Micros, Scored};
 use crate::Engine;
 
 /// The routes answered here, by their path under `/v1/`.
-pub const ROUTES: [&str; 1] = ["count"];
+pub const ROUTES: [&str; 2] = ["count", "vector_search"];
+
+/// What a route answered here needs of the front.
+pub struct Call<'a> {
+    pub engine: &'a Engine,
+    pub keys: &'a Keys,
+    pub decision: &'a Decision,
+    /// Where its event rows go (None: the server logs no events).
+    pub events: Option<&'a Events>,
+}
 
 /// Whether the caller may touch `namespace` (the Python gate's `Principal.owns`).
 fn owns(keys: &Keys, decision: &Decision, namespace: &str) -> bool {
@@ -53,14 +69,201 @@ struct CountArgs {
 }
 
 /// `POST /v1/count` with no filter: the answer's JSON, or None to forward.
-pub fn count(engine: &Engine, keys: &Keys, decision: &Decision, body: &[u8]) -> Option<Vec<u8>> {
+pub fn count(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let args: CountArgs = serde_json::from_slice(body).ok()?;
+    if args.filter.is_some() || !may_read(call, &args.namespace) {
+        return None;
+    }
+    let n = call.engine.count(&args.namespace, &live_rows()).ok()?;
+    Some(n.to_string().into_bytes())
+}
+
+/// Whether the caller may read `namespace` here (a name the engine takes, which the caller
+/// owns); anything else is the app's to answer.
+fn may_read(call: &Call<'_>, namespace: &str) -> bool {
+    crate::limits::namespace(namespace).is_ok() && owns(call.keys, call.decision, namespace)
+}
+
+/// Who the caller is, for its event rows (`memini.server._auth.Gate.caller`).
+fn caller(keys: &Keys, decision: &Decision) -> Option<Caller> {
+    match decision {
+        Decision::Admin => Some(("admin", String::new())),
+        Decision::Open => Some(("open", String::new())),
+        Decision::Key(hash) => keys.key(hash).map(|k| ("key", k.name.clone())),
+        Decision::Missing | Decision::Malformed | Decision::Unknown => None,
+    }
+}
+
+/// A query vector exactly as the app reads it, or an error (the call is forwarded): a
+/// JSON array of numbers, each exact in float32 once rounded (`memini._values.query_to_array`),
+/// or standard padded base64 of little-endian float32 bytes (`memini._wire.vector_from_base64`);
+/// a value that is not finite in float32 is left to the app (it names it).
+struct Vector(Vec<f32>);
+
+impl<'de> Deserialize<'de> for Vector {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(VectorVisitor)
+    }
+}
+
+struct VectorVisitor;
+
+/// Integers beyond this are rounded by numpy on a path that may differ from ours: forwarded.
+const EXACT_INT: u64 = 1 << 24;
+
+impl<'de> Visitor<'de> for VectorVisitor {
+    type Value = Vector;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a vector")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Vector, E> {
+        let bytes = base64(v).ok_or_else(|| E::custom("not canonical base64"))?;
+        if !bytes.len().is_multiple_of(4) {
+            return Err(E::custom("not float32 values"));
+        }
+        let values: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if values.iter().all(|v| v.is_finite()) {
+            Ok(Vector(values))
+        } else {
+            Err(E::custom("not finite"))
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vector, A::Error> {
+        let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(n) = seq.next_element::<serde_json::Number>()? {
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_precision_loss,
+                reason = "rounded to float32 as numpy rounds; integers only while exact"
+            )]
+            let v = if let Some(i) = n.as_i64() {
+                if i.unsigned_abs() > EXACT_INT {
+                    return Err(de::Error::custom("a large integer"));
+                }
+                i as f32
+            } else if n.is_f64() {
+                n.as_f64().unwrap_or(f64::NAN) as f32
+            } else {
+                return Err(de::Error::custom("a large integer"));
+            };
+            if !v.is_finite() {
+                return Err(de::Error::custom("not finite in float32"));
+            }
+            values.push(v);
+        }
+        Ok(Vector(values))
+    }
+}
+
+/// Standard base64 with padding, decoded; None for anything but its canonical form (the app
+/// reads the rest, or names what is wrong).
+fn base64(text: &str) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    }
+    let raw = text.as_bytes();
+    if !raw.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(raw.len() / 4 * 3);
+    for (i, quad) in raw.chunks_exact(4).enumerate() {
+        let last = i + 1 == raw.len() / 4;
+        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &quad[..4 - pad] {
+            n = (n << 6) | sextet(c)?;
+        }
+        n <<= 6 * pad;
+        let bytes = n.to_be_bytes();
+        // the bits padding leaves out must be zero (the canonical form)
+        if (pad == 1 && bytes[3] != 0) || (pad == 2 && bytes[2] != 0) {
+            return None;
+        }
+        out.extend_from_slice(&bytes[1..4 - pad]);
+    }
+    Some(out)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VectorSearchArgs {
+    namespace: String,
+    vector: Vector,
+    #[serde(default)]
+    filter: Option<serde_json::Value>,
+    #[serde(default = "ten")]
+    k: u64,
+}
+
+fn ten() -> u64 {
+    10
+}
+
+/// `POST /v1/vector_search` with no filter: the answer's JSON (its event rows queued), or
+/// None to forward.
+pub fn vector_search(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+    let args: VectorSearchArgs = serde_json::from_slice(body).ok()?;
+    let k = args.k;
     if args.filter.is_some()
-        || crate::limits::namespace(&args.namespace).is_err()
-        || !owns(keys, decision, &args.namespace)
+        || !(1..=crate::limits::MAX_K).contains(&k)
+        || !may_read(call, &args.namespace)
     {
         return None;
     }
-    let n = engine.count(&args.namespace, &live_rows()).ok()?;
-    Some(n.to_string().into_bytes())
+    let who = caller(call.keys, call.decision)?;
+    let hits = call
+        .engine
+        .vector_search(
+            &args.namespace,
+            &args.vector.0,
+            &live_rows(),
+            usize::try_from(k).ok()?,
+        )
+        .ok()?;
+    let json = wire::hits(&hits)?;
+    if let Some(queue) = call.events {
+        let namespaces = vec![args.namespace];
+        queue.push(search("vector_search", who, k, namespaces, vec![hits]));
+    }
+    Some(json)
+}
+
+/// A search's event values (`events::Search`), made now.
+fn search(
+    method: &'static str,
+    who: Caller,
+    k: u64,
+    namespaces: Vec<String>,
+    results: Vec<Vec<Scored>>,
+) -> Search {
+    let now = crate::types::now_micros();
+    let hits = results
+        .into_iter()
+        .map(|hits| {
+            hits.into_iter()
+                .map(|h| {
+                    let m = h.memory;
+                    let summary = events::summary(&m.summary, &m.content);
+                    (m.id, m.namespace, m.tier.as_str(), summary, h.score)
+                })
+                .collect()
+        })
+        .collect();
+    (method, who, k, namespaces, String::new(), now, hits)
 }

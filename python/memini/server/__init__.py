@@ -78,8 +78,11 @@ class ServerOptions:
         backup_dir: The directory served ``backup`` calls write below (None: refused).
         metrics_every: Seconds between refreshes of the live-row gauges of ``/metrics``.
         metrics_admin_only: ``/metrics`` needs the admin secret.
-        front: Listen with the HTTP front in the core (auth, limits and ``count`` there,
-            the rest forwarded to the app) instead of uvicorn directly.
+        front: Listen with the HTTP front in the core (auth, limits and the hot routes
+            there, the rest forwarded to the app) instead of uvicorn directly.
+        event_queue: Event rows the front queues between two batches of the event log
+            (every 0.2 s); the rows of a call that does not fit are dropped, never waited
+            for, and counted in the served ``stats()["events_dropped"]`` and ``/metrics``.
     """
 
     host: str = "127.0.0.1"
@@ -99,6 +102,7 @@ class ServerOptions:
     metrics_every: float = 15.0
     metrics_admin_only: bool = False
     front: bool = False
+    event_queue: int = 65_536
 
 
 class _Uvicorn(uvicorn.Server):
@@ -284,9 +288,13 @@ class Server:
         token = secrets.token_urlsafe(32)
         self.service.gate.attach(front, token.encode())
         engine = self.service.store._engine
+        recorder = self.service.recorder
+        if recorder is not None:
+            recorder.attach(front)
         front.serve(
             path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
             opts.max_connections, engine if isinstance(engine, Engine) else None,
+            opts.event_queue if recorder is not None else 0,
         )  # fmt: skip
         self.service.front = front
         return sock

@@ -345,6 +345,11 @@ def create_app(
     Gauge("memini_calls_in_flight", "Store calls being served now", registry=reg).set_function(
         lambda: service.in_flight
     )
+    Gauge(
+        "memini_event_rows_dropped",
+        "Event rows of served calls dropped since the start (the front's queue was full)",
+        registry=reg,
+    ).set_function(lambda: 0 if service.recorder is None else service.recorder.dropped)
     # the labelled children, looked up once per (method, status) rather than per request
     counted: dict[tuple[str, int], Any] = {}
     timed: dict[str, Any] = {}

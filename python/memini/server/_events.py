@@ -15,6 +15,11 @@ thread in batches (one SQLite transaction per batch, every ``flush_every`` secon
 rows), so a search pays no fsync. The price: the rows of the last ``flush_every`` seconds
 before a crash (SIGKILL) are lost; a clean stop (SIGTERM) writes them all. The log is pruned
 by the same thread to ``retention`` (age) and ``keep_max`` (rows).
+
+Behind the HTTP front (`memini._core.Front`), the searches the front answers itself queue
+their values in the core, without the GIL (bounded: a full queue drops a call's rows and
+counts them, `EventRecorder.dropped`); each batch takes that queue in one GIL take and makes
+the rows here (`search_events`), as for a search the app served.
 """
 
 from __future__ import annotations
@@ -26,15 +31,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from memini._core import Front, event_summary
 from memini._values import metadata_to_json, now_micros
 from memini.events import EventRow, OpQueryRow, event_row, op_query
+from memini.server._auth import caller_name
 from memini.store import Store
 from memini.types import EventKind, Memory, Tier, new_id
 
-__all__ = ["CallEvents", "EventRecorder", "event_rows"]
+__all__ = ["CallEvents", "EventRecorder", "event_rows", "search_events"]
 
 _LOG = logging.getLogger("memini.server")
-_SUMMARY_CHARS: Final = 200
 
 _SEARCHES: Final = frozenset({"vector_search", "keyword_search", "recall", "vector_search_many"})
 _KINDS: Final[dict[str, EventKind]] = {
@@ -63,8 +69,16 @@ _KINDS: Final[dict[str, EventKind]] = {
 
 
 def _summary(m: Memory) -> str:
-    text = m.summary or m.content
-    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+    return event_summary(m.summary, m.content)
+
+
+Hit = tuple[str, str, str, str, float]
+"""A hit as its event row names it: (id, namespace, tier, summary, score)."""
+
+
+def _hit(hit: Any) -> Hit:
+    m: Memory = hit.memory
+    return m.id, m.namespace, m.tier.value, _summary(m), float(hit.score)
 
 
 def _tier(value: object) -> str | None:
@@ -89,11 +103,11 @@ class CallEvents:
 
     __slots__ = ("kind", "now", "ns", "op", "queries", "rows")
 
-    def __init__(self, kind: EventKind, ns: str) -> None:
+    def __init__(self, kind: EventKind, ns: str, now: int | None = None) -> None:
         self.op = new_id()
         self.kind = kind.value
         self.ns = ns
-        self.now = now_micros()
+        self.now = now_micros() if now is None else now
         self.rows: list[EventRow] = []
         self.queries: list[OpQueryRow] = []
 
@@ -122,7 +136,7 @@ class CallEvents:
             )
         )  # fmt: skip
 
-    def hits(self, hits: list[Any], detail: dict[str, Any], searched: list[str]) -> None:
+    def hits(self, hits: list[Hit], detail: dict[str, Any], searched: list[str]) -> None:
         """One row per hit, under the hit's own namespace; when nothing was found, one row
         per namespace searched (so each tenant's log holds its own searches, and only
         those)."""
@@ -130,14 +144,35 @@ class CallEvents:
         if not hits:
             for ns in searched:
                 self.row(text, namespace=ns)
-        for rank, hit in enumerate(hits):
-            m: Memory = hit.memory
+        for rank, (id, ns, tier, summary, score) in enumerate(hits):
             self.rows.append(
                 event_row(
-                    self.op, self.kind, m.namespace, "", m.id, m.namespace, m.tier.value,
-                    _summary(m), rank, float(hit.score), text, self.now,
+                    self.op, self.kind, ns, "", id, ns, tier, summary, rank, score, text,
+                    self.now,
                 )
             )  # fmt: skip
+
+
+def search_events(
+    method: str,
+    caller: str,
+    k: object,
+    searched: list[str],
+    query: str,
+    results: list[list[Hit]],
+    now: int | None = None,
+) -> CallEvents:
+    """The rows of one search (``results``: one list of hits per query, several only for
+    ``vector_search_many``) and its query, made at ``now`` (default: now)."""
+    call = CallEvents(EventKind.RECALL, "", now)
+    detail: dict[str, Any] = {"method": method, "caller": caller, "k": k, "namespaces": searched}
+    call.query(query)
+    if method == "vector_search_many":
+        for i, hits in enumerate(results):
+            call.hits(hits, {**detail, "query_index": i}, searched)
+    else:
+        call.hits(results[0], detail, searched)
+    return call
 
 
 def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -> CallEvents | None:
@@ -151,20 +186,14 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
     kind = EventKind.RECALL if method in _SEARCHES else _KINDS.get(method)
     if kind is None:
         return None
-    detail: dict[str, Any] = {"method": method, "caller": caller}
     raw_ns = args.get("namespace", args.get("from_ns", args.get("src", "")))
     if method in _SEARCHES:
         searched = [raw_ns] if isinstance(raw_ns, str) else [str(n) for n in raw_ns or ()]
-        call = CallEvents(kind, "")
-        detail["k"] = args.get("k", 10)
-        detail["namespaces"] = searched
-        call.query(_text(args.get("query", "")))
-        if method == "vector_search_many":
-            for i, hits in enumerate(result):
-                call.hits(hits, {**detail, "query_index": i}, searched)
-        else:
-            call.hits(result, detail, searched)
-        return call
+        lists = result if method == "vector_search_many" else [result]
+        hits = [[_hit(h) for h in hs] for hs in lists]
+        query = _text(args.get("query", ""))
+        return search_events(method, caller, args.get("k", 10), searched, query, hits)
+    detail: dict[str, Any] = {"method": method, "caller": caller}
     call = CallEvents(kind, raw_ns if isinstance(raw_ns, str) else "")
     if method in ("upsert", "upsert_many"):
         memories = [args["memory"]] if method == "upsert" else list(args["memories"])
@@ -244,10 +273,40 @@ class EventRecorder:
         self._cond = threading.Condition()
         self._writing = threading.Lock()  # one batch at a time, in queue order
         self._stop = False
+        self._front: Front | None = None
         self.written = 0
         self.errors = 0
         self._thread = threading.Thread(target=self._run, name="memini-events", daemon=True)
         self._thread.start()
+
+    def attach(self, front: Front) -> None:
+        """Write the rows of the searches ``front`` answers itself too (each batch takes its
+        queue)."""
+        self._front = front
+
+    @property
+    def dropped(self) -> int:
+        """Event rows the front's queue dropped (full) since the server started."""
+        return 0 if self._front is None else self._front.events_dropped
+
+    def _from_front(self) -> tuple[list[EventRow], list[OpQueryRow]]:
+        """The rows of the searches the front answered since the last batch."""
+        rows: list[EventRow] = []
+        queries: list[OpQueryRow] = []
+        if self._front is None:
+            return rows, queries
+        for method, (kind, key), k, searched, query, now, results in self._front.take_events():
+            try:
+                call = search_events(
+                    method, caller_name(kind, key), k, searched, query, results, now
+                )
+            except Exception:
+                self.errors += 1
+                _LOG.exception("could not make the event rows of a served %s()", method)
+                continue
+            rows.extend(call.rows)
+            queries.extend(call.queries)
+        return rows, queries
 
     def record(self, method: str, args: Mapping[str, Any], result: Any, caller: str) -> None:
         """Queue the rows of a served call that succeeded (`event_rows`) for the next batch.
@@ -309,7 +368,8 @@ class EventRecorder:
             with self._cond:
                 batch, self._pending = self._pending, []
                 queries, self._queries = self._queries, []
-            self._write(batch, queries)
+            front, front_queries = self._from_front()
+            self._write(batch + front, queries + front_queries)
 
     def close(self) -> None:
         """Write what is queued, prune, and stop the thread. Idempotent."""

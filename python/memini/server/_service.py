@@ -130,6 +130,8 @@ class Service:
         """The answer of an admitted call that succeeded: confined to what the principal may
         see, its event rows queued."""
         result = self.gate.confine(principal, method.name, result)
+        if method.name == "stats" and isinstance(result, dict):
+            result["events_dropped"] = 0 if self.recorder is None else self.recorder.dropped
         if method.name in _KEY_WRITES:
             self.gate.keys_changed()
         if self.recorder is not None:
