@@ -358,6 +358,50 @@ def _b64(v: list[float]) -> str:
 
 
 @pytest.mark.parametrize(
+    ("secret", "method", "body"),
+    [
+        (ADMIN, "keyword_search", {"namespace": "org/a", "query": "héllo wörld quoted"}),
+        (KEY_A, "keyword_search", {"namespace": "org/a", "query": "xxx héllo", "k": 1}),
+        (ADMIN, "keyword_search", {"namespace": "org/a", "query": "the"}),
+        (ADMIN, "keyword_search", {"namespace": "org/a", "query": "", "filter": None}),
+        (ADMIN, "get", {"namespace": "org/a", "id": "m1"}),
+        (KEY_A, "get", {"namespace": "org/a/sub", "id": "m3"}),
+    ],
+)
+def test_keyword_search_and_get_are_answered_by_the_front_as_the_app_answers_them(
+    searched: Server, secret: str, method: str, body: dict[str, object]
+) -> None:
+    raw = wire.dumps(body)
+    r, native = _native(searched, secret, method, raw)
+    assert native
+    assert r.status_code == 200
+    assert r.content == _app_answer(searched, secret, method, raw)
+
+
+@pytest.mark.parametrize(
+    ("secret", "method", "body", "status"),
+    [
+        (KEY_A, "keyword_search", {"namespace": "org/b", "query": "other"}, 403),
+        (ADMIN, "keyword_search", {"namespace": "org/a", "query": "x" * 4097}, 400),
+        (ADMIN, "keyword_search", {"namespace": "org/a", "query": 7}, 400),
+        (ADMIN, "keyword_search", {"namespace": "org/a", "query": "x", "k": 0}, 400),
+        (ADMIN, "keyword_search", {"namespace": "org/a", "query": "x", "filter": {}}, 200),
+        (KEY_A, "get", {"namespace": "org/b", "id": "m4"}, 403),
+        (KEY_A, "get", {"namespace": "org/a", "id": "m4"}, 404),
+        (ADMIN, "get", {"namespace": "org/a", "id": "nope"}, 404),
+        (ADMIN, "get", {"namespace": "org/a"}, 400),
+    ],
+)
+def test_keyword_search_and_get_the_front_is_unsure_of_go_to_the_app(
+    searched: Server, secret: str, method: str, body: dict[str, object], status: int
+) -> None:
+    r, native = _native(searched, secret, method, wire.dumps(body))
+    assert not native
+    assert r.status_code == status, r.text
+    assert "org/b" not in r.text or status == 200
+
+
+@pytest.mark.parametrize(
     ("secret", "body"),
     [
         (ADMIN, {"namespace": "org/a", "vector": [1, 0, 0, 0.1]}),
@@ -425,23 +469,26 @@ def _rows(store: memini.Store, op_ids: set[str]) -> list[tuple[object, ...]]:
 def test_the_front_logs_the_rows_the_app_logs(searched: Server) -> None:
     """A search the front answers logs the rows `Service.finish` logs for the same call:
     one per hit under the hit's namespace (summary cut to 200 characters), or one per
-    namespace searched when nothing was found; the caller is the key's name."""
+    namespace searched when nothing was found; the caller is the key's name, the query
+    stored once."""
     store = searched.service.store
     recorder = searched.service.recorder
     assert recorder is not None
-    for secret, body in [
-        (KEY_A, {"namespace": "org/a", "vector": [0.1, 0.2, 0.3, 0.4], "k": 2}),
-        (ADMIN, {"namespace": "org/a/sub", "vector": [0, 1, 0, 0]}),
-        (ADMIN, {"namespace": "empty/ns", "vector": [0, 1, 0, 0]}),
+    for secret, method, body in [
+        (KEY_A, "vector_search", {"namespace": "org/a", "vector": [0.1, 0.2, 0.3, 0.4], "k": 2}),
+        (ADMIN, "vector_search", {"namespace": "org/a/sub", "vector": [0, 1, 0, 0]}),
+        (ADMIN, "vector_search", {"namespace": "empty/ns", "vector": [0, 1, 0, 0]}),
+        (KEY_A, "keyword_search", {"namespace": "org/a", "query": "Héllo xxx", "k": 3}),
+        (ADMIN, "keyword_search", {"namespace": "org/a", "query": "nothing matches"}),
     ]:
         raw = wire.dumps(body)
         recorder.flush()
         before = {e.op_id for e in store.list_events(EventFilter())}
-        _, native = _native(searched, secret, "vector_search", raw)
+        _, native = _native(searched, secret, method, raw)
         assert native
         recorder.flush()
         by_front = {e.op_id for e in store.list_events(EventFilter())} - before
-        _app_answer(searched, secret, "vector_search", raw)
+        _app_answer(searched, secret, method, raw)
         recorder.flush()
         by_app = {e.op_id for e in store.list_events(EventFilter())} - before - by_front
         assert len(by_front) == len(by_app) == 1
@@ -545,22 +592,36 @@ _SEARCH_ARGS = st.fixed_dictionaries(
         | st.text("AB=+/", max_size=24),
         "k": _JSON | st.integers(-5, 20_000),
         "filter": st.none() | _JSON,
+        "query": _JSON | _TEXT,
+        "id": _JSON | st.sampled_from(["m1", "m3", "m4"]),
     },
 )
 
 
 @settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(secret=st.sampled_from([ADMIN, KEY_A]), args=_SEARCH_ARGS)
-def test_fuzz_front_vector_search_bodies(searched: Server, secret: str, args: object) -> None:
+@given(
+    secret=st.sampled_from([ADMIN, KEY_A]),
+    method=st.sampled_from(["vector_search", "keyword_search", "get"]),
+    args=_SEARCH_ARGS,
+)
+def test_fuzz_front_native_bodies(
+    searched: Server, secret: str, method: str, args: dict[str, object]
+) -> None:
     """Whatever the body, an answer the front gives itself is the app's, byte for byte;
     the rest are the app's own answers (JSON errors for bad input)."""
+    if method == "get":  # most bodies name the right arguments
+        args = {k: v for k, v in args.items() if k in ("namespace", "id")}
+    elif method == "keyword_search":
+        args = {k: v for k, v in args.items() if k != "vector" and k != "id"}
+    else:
+        args = {k: v for k, v in args.items() if k != "query" and k != "id"}
     raw = wire.dumps(args)
-    r, native = _native(searched, secret, "vector_search", raw)
+    r, native = _native(searched, secret, method, raw)
     if native:
         assert r.status_code == 200
-        assert r.content == _app_answer(searched, secret, "vector_search", raw)
+        assert r.content == _app_answer(searched, secret, method, raw)
     elif r.status_code != 200:
         assert 400 <= r.status_code < 500, r.text
         assert set(r.json()["error"]) == {"type", "message"}

@@ -422,7 +422,9 @@ fn answer_here(
     };
     let json = match route {
         "count" => native::count(&call, body)?,
+        "get" => native::get(&call, body)?,
         "vector_search" => native::vector_search(&call, body)?,
+        "keyword_search" => native::keyword_search(&call, body)?,
         _ => return None,
     };
     let mut answer = Response::new(full(json.into()));

@@ -22,7 +22,7 @@ use crate::types::{FilterSpec, Micros, Scored};
 use crate::Engine;
 
 /// The routes answered here, by their path under `/v1/`.
-pub const ROUTES: [&str; 2] = ["count", "vector_search"];
+pub const ROUTES: [&str; 4] = ["count", "get", "vector_search", "keyword_search"];
 
 /// What a route answered here needs of the front.
 pub struct Call<'a> {
@@ -219,29 +219,103 @@ fn ten() -> u64 {
 /// None to forward.
 pub fn vector_search(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let args: VectorSearchArgs = serde_json::from_slice(body).ok()?;
-    let k = args.k;
-    if args.filter.is_some()
-        || !(1..=crate::limits::MAX_K).contains(&k)
-        || !may_read(call, &args.namespace)
-    {
-        return None;
-    }
-    let who = caller(call.keys, call.decision)?;
+    let who = may_search(call, &args.namespace, args.filter.as_ref(), args.k)?;
+    let k = usize::try_from(args.k).ok()?;
     let hits = call
         .engine
-        .vector_search(
-            &args.namespace,
-            &args.vector.0,
-            &live_rows(),
-            usize::try_from(k).ok()?,
-        )
+        .vector_search(&args.namespace, &args.vector.0, &live_rows(), k)
         .ok()?;
+    answer_search(
+        call,
+        "vector_search",
+        who,
+        args.k,
+        args.namespace,
+        String::new(),
+        hits,
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeywordSearchArgs {
+    namespace: String,
+    query: String,
+    #[serde(default)]
+    filter: Option<serde_json::Value>,
+    #[serde(default = "ten")]
+    k: u64,
+}
+
+/// `POST /v1/keyword_search` with no filter: the answer's JSON (its event rows queued, with
+/// the query), or None to forward.
+pub fn keyword_search(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+    let args: KeywordSearchArgs = serde_json::from_slice(body).ok()?;
+    let who = may_search(call, &args.namespace, args.filter.as_ref(), args.k)?;
+    crate::limits::query(&args.query).ok()?;
+    let k = usize::try_from(args.k).ok()?;
+    let hits = call
+        .engine
+        .keyword_search(&args.namespace, &args.query, &live_rows(), k)
+        .ok()?;
+    answer_search(
+        call,
+        "keyword_search",
+        who,
+        args.k,
+        args.namespace,
+        args.query,
+        hits,
+    )
+}
+
+/// The caller of a search the front may answer (no filter, `k` in range, a namespace it may
+/// read), None to forward.
+fn may_search(
+    call: &Call<'_>,
+    namespace: &str,
+    filter: Option<&serde_json::Value>,
+    k: u64,
+) -> Option<Caller> {
+    if filter.is_some() || !(1..=crate::limits::MAX_K).contains(&k) || !may_read(call, namespace) {
+        return None;
+    }
+    caller(call.keys, call.decision)
+}
+
+/// A search's answer, its event rows queued.
+fn answer_search(
+    call: &Call<'_>,
+    method: &'static str,
+    who: Caller,
+    k: u64,
+    namespace: String,
+    query: String,
+    hits: Vec<Scored>,
+) -> Option<Vec<u8>> {
     let json = wire::hits(&hits)?;
     if let Some(queue) = call.events {
-        let namespaces = vec![args.namespace];
-        queue.push(search("vector_search", who, k, namespaces, vec![hits]));
+        queue.push(search(method, who, k, vec![namespace], query, vec![hits]));
     }
     Some(json)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GetArgs {
+    namespace: String,
+    id: String,
+}
+
+/// `POST /v1/get`: the memory's JSON, or None to forward (an absent one included: the app
+/// answers its 404).
+pub fn get(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+    let args: GetArgs = serde_json::from_slice(body).ok()?;
+    if !may_read(call, &args.namespace) {
+        return None;
+    }
+    let m = call.engine.get(&args.namespace, &args.id).ok()?;
+    wire::memory_answer(&m)
 }
 
 /// A search's event values (`events::Search`), made now.
@@ -250,6 +324,7 @@ fn search(
     who: Caller,
     k: u64,
     namespaces: Vec<String>,
+    query: String,
     results: Vec<Vec<Scored>>,
 ) -> Search {
     let now = crate::types::now_micros();
@@ -265,5 +340,5 @@ fn search(
                 .collect()
         })
         .collect();
-    (method, who, k, namespaces, String::new(), now, hits)
+    (method, who, k, namespaces, query, now, hits)
 }

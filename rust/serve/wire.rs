@@ -34,6 +34,14 @@ pub fn hits(hits: &[Scored]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// One memory's object (`get`'s answer).
+#[must_use]
+pub fn memory_answer(m: &Memory) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(512);
+    memory(&mut out, m)?;
+    Some(out)
+}
+
 macro_rules! memory_json {
     ($( $(#[$doc:meta])* $name:ident : $ty:ty, $rec:ident, $py:ident, $upd:ident; )*) => {
         /// One `memini.Memory` as an object (`embedding` is null: rows read carry none).
