@@ -366,9 +366,15 @@ def _b64(v: list[float]) -> str:
         (ADMIN, "keyword_search", {"namespace": "org/a", "query": "", "filter": None}),
         (ADMIN, "get", {"namespace": "org/a", "id": "m1"}),
         (KEY_A, "get", {"namespace": "org/a/sub", "id": "m3"}),
+        (
+            ADMIN,
+            "vector_search_many",
+            {"namespace": "org/a", "vectors": [[1, 0, 0, 0], _b64([0, 1, 0, 0])], "k": 2},
+        ),
+        (KEY_A, "vector_search_many", {"namespace": "org/a/sub", "vectors": [[1, 1, 1, 1]]}),
     ],
 )
-def test_keyword_search_and_get_are_answered_by_the_front_as_the_app_answers_them(
+def test_other_routes_are_answered_by_the_front_as_the_app_answers_them(
     searched: Server, secret: str, method: str, body: dict[str, object]
 ) -> None:
     raw = wire.dumps(body)
@@ -390,9 +396,13 @@ def test_keyword_search_and_get_are_answered_by_the_front_as_the_app_answers_the
         (KEY_A, "get", {"namespace": "org/a", "id": "m4"}, 404),
         (ADMIN, "get", {"namespace": "org/a", "id": "nope"}, 404),
         (ADMIN, "get", {"namespace": "org/a"}, 400),
+        (KEY_A, "vector_search_many", {"namespace": "org/b", "vectors": [[1, 0, 0, 0]]}, 403),
+        (ADMIN, "vector_search_many", {"namespace": "org/a", "vectors": []}, 200),
+        (ADMIN, "vector_search_many", {"namespace": "org/a", "vectors": [[1, 0, 0, 0], [1]]}, 422),
+        (ADMIN, "vector_search_many", {"namespace": "org/a", "vectors": [1, 0, 0, 0]}, 400),
     ],
 )
-def test_keyword_search_and_get_the_front_is_unsure_of_go_to_the_app(
+def test_other_routes_the_front_is_unsure_of_go_to_the_app(
     searched: Server, secret: str, method: str, body: dict[str, object], status: int
 ) -> None:
     r, native = _native(searched, secret, method, wire.dumps(body))
@@ -460,7 +470,8 @@ def _rows(store: memini.Store, op_ids: set[str]) -> list[tuple[object, ...]]:
     """The logged rows of these operations, without what differs per call (ids, times)."""
     return sorted(
         (e.namespace, e.memory_id, e.memory_ns, e.memory_tier, e.memory_summary, e.rank,
-         e.score, e.query, e.kind, e.detail["caller"], e.detail["k"], e.detail["namespaces"])
+         e.score, e.query, e.kind, e.detail["caller"], e.detail["k"], e.detail["namespaces"],
+         e.detail.get("query_index"))
         for e in store.list_events(EventFilter())
         if e.op_id in op_ids
     )  # fmt: skip
@@ -480,6 +491,7 @@ def test_the_front_logs_the_rows_the_app_logs(searched: Server) -> None:
         (ADMIN, "vector_search", {"namespace": "empty/ns", "vector": [0, 1, 0, 0]}),
         (KEY_A, "keyword_search", {"namespace": "org/a", "query": "Héllo xxx", "k": 3}),
         (ADMIN, "keyword_search", {"namespace": "org/a", "query": "nothing matches"}),
+        (KEY_A, "vector_search_many", {"namespace": "org/a", "vectors": [[1, 0, 0, 0]] * 2}),
     ]:
         raw = wire.dumps(body)
         recorder.flush()
@@ -603,7 +615,7 @@ _SEARCH_ARGS = st.fixed_dictionaries(
 )
 @given(
     secret=st.sampled_from([ADMIN, KEY_A]),
-    method=st.sampled_from(["vector_search", "keyword_search", "get"]),
+    method=st.sampled_from(["vector_search", "keyword_search", "get", "vector_search_many"]),
     args=_SEARCH_ARGS,
 )
 def test_fuzz_front_native_bodies(
@@ -615,6 +627,11 @@ def test_fuzz_front_native_bodies(
         args = {k: v for k, v in args.items() if k in ("namespace", "id")}
     elif method == "keyword_search":
         args = {k: v for k, v in args.items() if k != "vector" and k != "id"}
+    elif method == "vector_search_many":
+        args = {k: v for k, v in args.items() if k != "query" and k != "id"}
+        if "vector" in args:
+            vector = args.pop("vector")
+            args["vectors"] = [vector, vector] if isinstance(vector, list | str) else vector
     else:
         args = {k: v for k, v in args.items() if k != "query" and k != "id"}
     raw = wire.dumps(args)

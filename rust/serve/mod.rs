@@ -424,6 +424,7 @@ fn answer_here(
         "count" => native::count(&call, body)?,
         "get" => native::get(&call, body)?,
         "vector_search" => native::vector_search(&call, body)?,
+        "vector_search_many" => native::vector_search_many(&call, body)?,
         "keyword_search" => native::keyword_search(&call, body)?,
         _ => return None,
     };

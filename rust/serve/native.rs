@@ -22,7 +22,13 @@ use crate::types::{FilterSpec, Micros, Scored};
 use crate::Engine;
 
 /// The routes answered here, by their path under `/v1/`.
-pub const ROUTES: [&str; 4] = ["count", "get", "vector_search", "keyword_search"];
+pub const ROUTES: [&str; 5] = [
+    "count",
+    "get",
+    "vector_search",
+    "vector_search_many",
+    "keyword_search",
+];
 
 /// What a route answered here needs of the front.
 pub struct Call<'a> {
@@ -234,6 +240,56 @@ pub fn vector_search(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
         String::new(),
         hits,
     )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VectorSearchManyArgs {
+    namespace: String,
+    vectors: Vec<Vector>,
+    #[serde(default)]
+    filter: Option<serde_json::Value>,
+    #[serde(default = "ten")]
+    k: u64,
+}
+
+/// `POST /v1/vector_search_many` with no filter and 1 ..= `MAX_QUERIES` queries: the
+/// answer's JSON (one list of hits per query; their event rows queued), or None to forward.
+pub fn vector_search_many(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+    let args: VectorSearchManyArgs = serde_json::from_slice(body).ok()?;
+    let who = may_search(call, &args.namespace, args.filter.as_ref(), args.k)?;
+    let n = u64::try_from(args.vectors.len()).ok()?;
+    if !(1..=crate::limits::MAX_QUERIES).contains(&n) {
+        return None;
+    }
+    let queries: Vec<&[f32]> = args.vectors.iter().map(|v| v.0.as_slice()).collect();
+    let k = usize::try_from(args.k).ok()?;
+    let results = call
+        .engine
+        .vector_search_many(&args.namespace, &queries, &live_rows(), k)
+        .ok()?;
+    let mut json = Vec::with_capacity(results.len() * 5120 + 2);
+    json.push(b'[');
+    for (i, hits) in results.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        json.extend_from_slice(&wire::hits(hits)?);
+    }
+    json.push(b']');
+    if let Some(queue) = call.events {
+        let namespaces = vec![args.namespace];
+        let method = "vector_search_many";
+        queue.push(search(
+            method,
+            who,
+            args.k,
+            namespaces,
+            String::new(),
+            results,
+        ));
+    }
+    Some(json)
 }
 
 #[derive(Deserialize)]
