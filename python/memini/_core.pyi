@@ -31,6 +31,11 @@ __all__ = [
     "MAX_POOL",
     "MAX_QUERIES",
     "MAX_QUERY_CHARS",
+    "RECALL_ALPHA",
+    "RECALL_CONTEXT",
+    "RECALL_KEYWORD_HALF",
+    "RECALL_MIN_POOL",
+    "RECALL_RRF_K",
     "Completions",
     "Engine",
     "Front",
@@ -47,6 +52,11 @@ __all__ = [
 ]
 
 MAX_K: int
+RECALL_ALPHA: float
+RECALL_CONTEXT: float
+RECALL_KEYWORD_HALF: float
+RECALL_RRF_K: float
+RECALL_MIN_POOL: int
 MAX_POOL: int
 MAX_LIMIT: int
 MAX_QUERIES: int

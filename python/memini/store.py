@@ -30,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memini import _convert as cv
+from memini import _core, limits
 from memini import _values as vals
-from memini import limits
 from memini._core import Engine
 from memini._sqlite import MetaDB
 from memini.embed import Embedder, check_vectors
@@ -92,12 +92,13 @@ _MAX_SEARCH_BREADTH = 1 << 24
 _META_DB = "meta_db"
 _META_DB_LOST = "meta_db_lost"
 # recall (API.md section 6): defaults measured on locomo-dev (see Store.recall)
+# recall's defaults: the core's (the HTTP front answers a recall with them too)
 _DEFAULT_FUSION: Literal["convex", "rrf"] = "convex"
-_DEFAULT_ALPHA = 0.4
-_DEFAULT_CONTEXT = 0.5
-_DEFAULT_KEYWORD_HALF = 0.2
-_DEFAULT_RRF_K = 5.0
-_MIN_POOL = 50
+_DEFAULT_ALPHA: float = _core.RECALL_ALPHA
+_DEFAULT_CONTEXT: float = _core.RECALL_CONTEXT
+_DEFAULT_KEYWORD_HALF: float = _core.RECALL_KEYWORD_HALF
+_DEFAULT_RRF_K: float = _core.RECALL_RRF_K
+_MIN_POOL: int = _core.RECALL_MIN_POOL
 _LINK_DEFAULT_TIERS = (Tier.SEMANTIC, Tier.PROCEDURAL)
 # namespace lists whose link lookups recall(linked=True) keeps (see Store._linked_sources)
 _LINKED_CACHE = 256

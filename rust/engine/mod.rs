@@ -60,6 +60,12 @@ use crate::vector::{Tuning, VectorIndex};
 
 pub use reads::Stats;
 pub use recall::{Fusion, RecallQuery, Recalled, Source};
+/// `Store.recall`'s defaults.
+pub mod recall_defaults {
+    pub use super::recall::{
+        DEFAULT_ALPHA, DEFAULT_CONTEXT, DEFAULT_KEYWORD_HALF, DEFAULT_RRF_K, MIN_POOL,
+    };
+}
 
 /// Settings of [`Engine::open`].
 #[derive(Clone, Debug, Default)]

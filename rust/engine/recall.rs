@@ -56,6 +56,18 @@ pub struct RecallQuery<'a> {
     pub dedup: bool,
 }
 
+/// `Store.recall`'s defaults (the one home: `memini.store` reads them from the core, and
+/// the HTTP front answers a recall with them): convex fusion with this vector weight, ...
+pub const DEFAULT_ALPHA: f64 = 0.4;
+/// ... this neighbour context, ...
+pub const DEFAULT_CONTEXT: f64 = 0.5;
+/// ... this keyword score at which the keyword leg counts half, ...
+pub const DEFAULT_KEYWORD_HALF: f64 = 0.2;
+/// ... `rrf_k` when RRF is asked for without one, ...
+pub const DEFAULT_RRF_K: f64 = 5.0;
+/// ... and a pool of `max(5 * k, MIN_POOL)` candidates per leg and namespace.
+pub const MIN_POOL: u64 = 50;
+
 /// One recall result.
 #[derive(Clone, Debug)]
 pub struct Recalled {

@@ -129,6 +129,16 @@ fn add_limits(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         m.add(name, value)?;
     }
+    {
+        use crate::engine::recall_defaults::{
+            DEFAULT_ALPHA, DEFAULT_CONTEXT, DEFAULT_KEYWORD_HALF, DEFAULT_RRF_K, MIN_POOL,
+        };
+        m.add("RECALL_ALPHA", DEFAULT_ALPHA)?;
+        m.add("RECALL_CONTEXT", DEFAULT_CONTEXT)?;
+        m.add("RECALL_KEYWORD_HALF", DEFAULT_KEYWORD_HALF)?;
+        m.add("RECALL_RRF_K", DEFAULT_RRF_K)?;
+        m.add("RECALL_MIN_POOL", MIN_POOL)?;
+    }
     m.add_function(wrap_pyfunction!(check_namespace, m)?)
 }
 

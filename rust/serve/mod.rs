@@ -426,6 +426,7 @@ fn answer_here(
         "vector_search" => native::vector_search(&call, body)?,
         "vector_search_many" => native::vector_search_many(&call, body)?,
         "keyword_search" => native::keyword_search(&call, body)?,
+        "recall" => native::recall(&call, body)?,
         _ => return None,
     };
     let mut answer = Response::new(full(json.into()));

@@ -18,16 +18,20 @@ use serde::Deserialize;
 use super::auth::{Decision, Keys};
 use super::events::{self, Caller, Events, Search};
 use super::wire;
-use crate::types::{FilterSpec, Micros, Scored};
-use crate::Engine;
+use crate::engine::recall_defaults::{
+    DEFAULT_ALPHA, DEFAULT_CONTEXT, DEFAULT_KEYWORD_HALF, MIN_POOL,
+};
+use crate::types::{FilterSpec, Memory, Micros, Scored};
+use crate::{Engine, Fusion, RecallQuery, Source};
 
 /// The routes answered here, by their path under `/v1/`.
-pub const ROUTES: [&str; 5] = [
+pub const ROUTES: [&str; 6] = [
     "count",
     "get",
     "vector_search",
     "vector_search_many",
     "keyword_search",
+    "recall",
 ];
 
 /// What a route answered here needs of the front.
@@ -356,6 +360,128 @@ fn answer_search(
     Some(json)
 }
 
+/// recall's `namespace`: one, or a list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Namespaces {
+    One(String),
+    Many(Vec<String>),
+}
+
+fn quality() -> serde_json::Value {
+    serde_json::Value::from("quality")
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecallArgs {
+    namespace: Namespaces,
+    #[serde(default)]
+    query: String,
+    vector: Vector,
+    #[serde(default)]
+    filter: Option<serde_json::Value>,
+    #[serde(default = "ten")]
+    k: u64,
+    #[serde(default)]
+    fusion: Option<serde_json::Value>,
+    #[serde(default)]
+    alpha: Option<serde_json::Value>,
+    #[serde(default)]
+    rrf_k: Option<serde_json::Value>,
+    #[serde(default)]
+    pool: Option<serde_json::Value>,
+    #[serde(default = "quality")]
+    rerank: serde_json::Value,
+    #[serde(default = "yes")]
+    dedup: bool,
+    #[serde(default)]
+    linked: bool,
+    #[serde(default)]
+    reinforce: bool,
+}
+
+/// `POST /v1/recall` with a vector, no filter, the default fusion and pool, neither
+/// `linked` nor `reinforce`: the answer's JSON (its event rows queued, with the query), or
+/// None to forward (a recall without a vector too: its query may need the server's embedder).
+pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+    let args: RecallArgs = serde_json::from_slice(body).ok()?;
+    let quality = match &args.rerank {
+        serde_json::Value::Null => false,
+        serde_json::Value::String(s) if s == "quality" => true,
+        _ => return None,
+    };
+    if args.fusion.is_some()
+        || args.alpha.is_some()
+        || args.rrf_k.is_some()
+        || args.pool.is_some()
+        || args.linked
+        || args.reinforce
+    {
+        return None;
+    }
+    let searched = match args.namespace {
+        Namespaces::One(ns) => vec![ns],
+        Namespaces::Many(names) => names,
+    };
+    let many = u64::try_from(searched.len()).ok()?;
+    if !(1..=crate::limits::MAX_NAMESPACES).contains(&many) {
+        return None;
+    }
+    let mut sources: Vec<Source> = Vec::with_capacity(searched.len());
+    for ns in &searched {
+        if !sources.iter().any(|s| &s.namespace == ns) {
+            sources.push(Source {
+                namespace: ns.clone(),
+                tiers: None,
+            });
+        }
+    }
+    let who = may_search(call, &searched[0], args.filter.as_ref(), args.k)?;
+    if !searched.iter().all(|ns| may_read(call, ns)) {
+        return None;
+    }
+    crate::limits::query(&args.query).ok()?;
+    let k = usize::try_from(args.k).ok()?;
+    let pool = usize::try_from((5 * args.k).max(MIN_POOL)).ok()?;
+    let spec = live_rows();
+    let found = call
+        .engine
+        .recall(&RecallQuery {
+            sources: &sources,
+            text: &args.query,
+            vector: Some(&args.vector.0),
+            spec: &spec,
+            k,
+            pool,
+            fusion: Fusion::Convex {
+                alpha: DEFAULT_ALPHA,
+            },
+            context: DEFAULT_CONTEXT,
+            keyword_half: DEFAULT_KEYWORD_HALF,
+            quality,
+            dedup: args.dedup,
+        })
+        .ok()?;
+    let json = wire::recalled(&found)?;
+    if let Some(queue) = call.events {
+        let hits = found.into_iter().map(|r| hit(r.memory, r.score)).collect();
+        queue.push(search_of(
+            "recall",
+            who,
+            args.k,
+            searched,
+            args.query,
+            vec![hits],
+        ));
+    }
+    Some(json)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GetArgs {
@@ -383,18 +509,27 @@ fn search(
     query: String,
     results: Vec<Vec<Scored>>,
 ) -> Search {
-    let now = crate::types::now_micros();
     let hits = results
         .into_iter()
-        .map(|hits| {
-            hits.into_iter()
-                .map(|h| {
-                    let m = h.memory;
-                    let summary = events::summary(&m.summary, &m.content);
-                    (m.id, m.namespace, m.tier.as_str(), summary, h.score)
-                })
-                .collect()
-        })
+        .map(|hits| hits.into_iter().map(|h| hit(h.memory, h.score)).collect())
         .collect();
+    search_of(method, who, k, namespaces, query, hits)
+}
+
+/// A hit as its event row names it.
+fn hit(m: Memory, score: f64) -> events::Hit {
+    let summary = events::summary(&m.summary, &m.content);
+    (m.id, m.namespace, m.tier.as_str(), summary, score)
+}
+
+fn search_of(
+    method: &'static str,
+    who: Caller,
+    k: u64,
+    namespaces: Vec<String>,
+    query: String,
+    hits: Vec<Vec<events::Hit>>,
+) -> Search {
+    let now = crate::types::now_micros();
     (method, who, k, namespaces, query, now, hits)
 }

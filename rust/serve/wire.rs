@@ -34,6 +34,37 @@ pub fn hits(hits: &[Scored]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// `[{"memory", "score", "vector_score", "keyword_score", "via"}, ...]`: a recall's answer.
+#[must_use]
+pub fn recalled(found: &[crate::Recalled]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(found.len() * 600 + 2);
+    out.push(b'[');
+    for (i, r) in found.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"memory\":");
+        memory(&mut out, &r.memory)?;
+        out.extend_from_slice(b",\"score\":");
+        float(&mut out, r.score);
+        for (name, v) in [
+            (&b",\"vector_score\":"[..], r.vector_score),
+            (b",\"keyword_score\":", r.keyword_score),
+        ] {
+            out.extend_from_slice(name);
+            match v {
+                Some(f) => float(&mut out, f),
+                None => null(&mut out),
+            }
+        }
+        out.extend_from_slice(b",\"via\":");
+        string(&mut out, &r.via);
+        out.push(b'}');
+    }
+    out.push(b']');
+    Some(out)
+}
+
 /// One memory's object (`get`'s answer).
 #[must_use]
 pub fn memory_answer(m: &Memory) -> Option<Vec<u8>> {
