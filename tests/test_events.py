@@ -780,3 +780,14 @@ def test_threads_append_events_and_put_links_concurrently(meta: MetaDB) -> None:
         first = op_rows[0].id
         assert [e.id for e in op_rows] == list(range(first, first + len(op_rows)))
     assert len(meta.list_all_links()) == n_writers * 5
+
+
+def test_search_details_of_equal_but_different_k_stay_apart() -> None:
+    """The remembered detail JSON of a search tells ``k=2`` from ``k=2.0`` (equal keys)."""
+    from memini.server._events import search_events
+
+    texts = [search_events("vector_search", "a", k, ["ns"], "", [[]]).rows[0][10] for k in (2, 2.0)]
+    assert texts == [
+        '{"method":"vector_search","caller":"a","k":2,"namespaces":["ns"]}',
+        '{"method":"vector_search","caller":"a","k":2.0,"namespaces":["ns"]}',
+    ]

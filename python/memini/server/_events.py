@@ -24,6 +24,7 @@ the rows here (`search_events`), as for a search the app served.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -136,11 +137,10 @@ class CallEvents:
             )
         )  # fmt: skip
 
-    def hits(self, hits: list[Hit], detail: dict[str, Any], searched: list[str]) -> None:
-        """One row per hit, under the hit's own namespace; when nothing was found, one row
-        per namespace searched (so each tenant's log holds its own searches, and only
-        those)."""
-        text = metadata_to_json(detail, "detail")
+    def hits(self, hits: list[Hit], text: str, searched: list[str]) -> None:
+        """One row per hit (``text``: the call's detail JSON), under the hit's own
+        namespace; when nothing was found, one row per namespace searched (so each
+        tenant's log holds its own searches, and only those)."""
         if not hits:
             for ns in searched:
                 self.row(text, namespace=ns)
@@ -165,14 +165,42 @@ def search_events(
     """The rows of one search (``results``: one list of hits per query, several only for
     ``vector_search_many``) and its query, made at ``now`` (default: now)."""
     call = CallEvents(EventKind.RECALL, "", now)
-    detail: dict[str, Any] = {"method": method, "caller": caller, "k": k, "namespaces": searched}
     call.query(query)
     if method == "vector_search_many":
         for i, hits in enumerate(results):
-            call.hits(hits, {**detail, "query_index": i}, searched)
+            call.hits(hits, _search_detail(method, caller, k, searched, i), searched)
     else:
-        call.hits(results[0], detail, searched)
+        call.hits(results[0], _search_detail(method, caller, k, searched, None), searched)
     return call
+
+
+def _search_detail(
+    method: str, caller: str, k: object, searched: list[str], query_index: int | None
+) -> str:
+    """A search's ``detail`` JSON (method, caller, k, the namespaces searched, and the query's
+    index in a ``vector_search_many``), remembered: a server's searches repeat a few."""
+    try:  # by k's type too: 2 and 2.0 are one key, and two details
+        return _detail_text(method, caller, type(k).__name__, k, tuple(searched), query_index)
+    except TypeError:  # an unhashable k: the store refused it, but make its row anyway
+        return _detail_json(method, caller, type(k).__name__, k, tuple(searched), query_index)
+
+
+def _detail_json(
+    method: str,
+    caller: str,
+    k_type: str,
+    k: object,
+    searched: tuple[str, ...],
+    query_index: int | None,
+) -> str:
+    detail: dict[str, Any] = {"method": method, "caller": caller, "k": k}
+    detail["namespaces"] = list(searched)
+    if query_index is not None:
+        detail["query_index"] = query_index
+    return metadata_to_json(detail, "detail")
+
+
+_detail_text = functools.lru_cache(maxsize=4096)(_detail_json)
 
 
 def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -> CallEvents | None:
