@@ -189,11 +189,25 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
                 s.vector_search(NS, q, k=10)
             in_process = min(in_process, (time.perf_counter() - t0) / len(qs))
             in_process_cpu = min(in_process_cpu, (time.thread_time() - c0) / len(qs))
+        # recall's CPU in process: every thread's (its legs may run on the core's pool)
+        recall_cpu = float("inf")
+        for _ in range(3):
+            c0 = time.process_time()
+            for i in range(100):
+                s.recall(NS, data.keyword_queries[i], data.queries[i], k=10)
+            recall_cpu = min(recall_cpu, (time.process_time() - c0) / 100)
     # the same rows for the front's server (`served_front`), copied while no one writes
     shutil.rmtree(path.with_name("served-store-front"), ignore_errors=True)
     shutil.copytree(path, path.with_name("served-store-front"))
     url, proc = _serve(path)
-    yield {"url": url, "proc": proc, "in_process_s": in_process, "in_process_cpu_s": in_process_cpu}
+    yield {
+        "url": url,
+        "proc": proc,
+        "in_process_s": in_process,
+        "in_process_cpu_s": in_process_cpu,
+        "in_process_vector_search_cpu_s": in_process_cpu,
+        "in_process_recall_cpu_s": recall_cpu,
+    }
     _stop(proc)
 
 
@@ -330,21 +344,38 @@ def _gil_samples(spy: subprocess.Popen[bytes], out: Path) -> float | None:
     return samples / 200
 
 
-def test_served_vector_search_front_vs_default(
+def _recall_bodies(data: D.Dataset) -> list[str]:
+    return [
+        json.dumps(
+            {
+                "namespace": NS,
+                "query": data.keyword_queries[i],
+                "vector": data.queries[i].tolist(),
+                "k": 10,
+            }
+        )
+        for i in range(100)
+    ]
+
+
+@pytest.mark.parametrize("route", ["vector_search", "recall"])
+def test_served_front_vs_default(
     benchmark: Any,
     served: dict[str, Any],
     served_front: dict[str, Any],
     data: D.Dataset,
     tmp_path: Path,
     pytestconfig: pytest.Config,
+    route: str,
 ) -> None:
-    """``vector_search`` k=10, 4 client processes, against the same rows served by the
-    default path (uvicorn) and by the front (``--front``, the search answered in the core),
-    two alternating runs each: the server's CPU per request (psutil, every thread) beside
-    the in-process search's, and the GIL held per request (py-spy ``--gil`` samples over a
-    third run of each; skipped without py-spy)."""
+    """``vector_search`` / ``recall`` k=10, 4 client processes, against the same rows
+    served by the default path (uvicorn) and by the front (``--front``, the call answered
+    in the core), two alternating runs each: the server's CPU per request (psutil, every
+    thread) beside the in-process call's, and the GIL held per request (py-spy ``--gil``
+    samples over a third run of each; skipped without py-spy)."""
     seconds = _seconds(pytestconfig)
-    bodies = _search_bodies(data)
+    bodies = _search_bodies(data) if route == "vector_search" else _recall_bodies(data)
+    path = f"/v1/{route}"
     out: dict[str, Any] = {}
     servers = {"default": served, "front": served_front}
 
@@ -353,25 +384,25 @@ def test_served_vector_search_front_vs_default(
             for name, srv in servers.items():
                 proc = psutil.Process(srv["proc"].pid)
                 cpu0 = sum(proc.cpu_times()[:2])
-                r = _load(srv["url"], "/v1/vector_search", bodies, 4, seconds, tmp_path)
+                r = _load(srv["url"], path, bodies, 4, seconds, tmp_path)
                 cpu = sum(proc.cpu_times()[:2]) - cpu0
                 r["server_cpu_us_per_request"] = 1e6 * cpu / max(r["requests"], 1)
                 out[f"{name}_run{rnd}"] = r
         for name, srv in servers.items():
             trace = tmp_path / f"gil-{name}.txt"
             spy = _gil_seconds(srv["proc"].pid, seconds + 1.5 + 0.4 * 4, trace)
-            r = _load(srv["url"], "/v1/vector_search", bodies, 4, seconds, tmp_path)
+            r = _load(srv["url"], path, bodies, 4, seconds, tmp_path)
             held = None if spy is None else _gil_samples(spy, trace)
             if held is not None:  # py-spy's window also covers the clients' start (idle)
                 out[f"{name}_gil_us_per_request"] = 1e6 * held / max(r["requests"], 1)
 
-    benchmark.group = "server: vector_search k=10, front vs default"
+    benchmark.group = f"server: {route} k=10, front vs default"
     benchmark.pedantic(run, rounds=1, iterations=1)
-    in_cpu_us = 1e6 * served["in_process_cpu_s"]
+    in_cpu_us = 1e6 * served[f"in_process_{route}_cpu_s"]
     info: dict[str, Any] = {
         "rows": data.n,
         "machine": f"{os.cpu_count()} cores, shared with the clients and other work (loaded)",
-        "in_process_cpu_us_per_search": round(in_cpu_us, 1),
+        f"in_process_cpu_us_per_{route}": round(in_cpu_us, 1),
     }
     for key, r in out.items():
         if isinstance(r, dict):
@@ -384,7 +415,7 @@ def test_served_vector_search_front_vs_default(
     info["goal_cpu_vs_in_process"] = 1.3
     info["goal_gil_us_per_request"] = 40
     benchmark.extra_info.update(info)
-    print("\nvector_search, front vs default:", json.dumps(info, indent=1))
+    print(f"\n{route}, front vs default:", json.dumps(info, indent=1))
 
 
 def test_served_durable_single_upserts(
