@@ -23,6 +23,7 @@ use rayon::prelude::*;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::error::{Error, Interrupt, Result};
+pub use kernels::kernel;
 use kernels::{Epilogue, Packed};
 pub use queue::{Batcher, BatcherConfig};
 
