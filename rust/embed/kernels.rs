@@ -222,7 +222,7 @@ fn block<const M: usize>(x: &[f32], r0: usize, k: usize, panel: &[u32]) -> [[f32
     acc
 }
 
-/// `e^x` for `x <= 0` (the arguments GELU's erf needs), to a few units in the last place:
+/// `e^x` for `x <= 0` (what GELU's erf and the softmax need), to a few units in the last place:
 /// `2^n * e^r` with `|r| <= ln2/2` and a degree-6 Taylor polynomial.
 #[inline(always)]
 fn exp_neg(x: f32) -> f32 {
@@ -390,11 +390,10 @@ impl pulp::WithSimd for Attention<'_> {
                     *s = dot(q, at(j, 1));
                     max = max.max(*s);
                 }
-                let mut total = 0.0;
                 for s in &mut scores {
-                    *s = (*s - max).exp();
-                    total += *s;
+                    *s = exp_neg(*s - max);
                 }
+                let total = sum(&scores);
                 let o = &mut out[i * width + h * hw..i * width + (h + 1) * hw];
                 for (j, s) in scores.iter().enumerate() {
                     let p = s / total;
