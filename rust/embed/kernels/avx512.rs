@@ -65,23 +65,56 @@ fn product(w: &Packed, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
                 to_bf16(&x[row * k..(row + 1) * k], block, r, m);
             }
         }
-        for (p, panel) in w.w.chunks_exact(pairs * NR).enumerate() {
-            let col = p * NR;
-            let bias: &[f32; NR] = w.bias[col..col + NR].try_into().unwrap_or(&[0.0; NR]);
-            for (b, xs) in xb.chunks(MR * pairs).enumerate() {
+        // panels two at a time (each pair broadcast once for both), the odd one last alone
+        let panels = w.w.chunks_exact(2 * pairs * NR);
+        let odd = panels.remainder();
+        for (p, two) in panels.enumerate() {
+            let (a, b) = two.split_at(pairs * NR);
+            let col = 2 * p * NR;
+            let bias: &[f32; 2 * NR] = w.bias[col..col + 2 * NR]
+                .try_into()
+                .unwrap_or(&[0.0; 2 * NR]);
+            let (bias_a, bias_b) = bias.split_at(NR);
+            let (bias_a, bias_b): (&[f32; NR], &[f32; NR]) = (
+                bias_a.try_into().unwrap_or(&[0.0; NR]),
+                bias_b.try_into().unwrap_or(&[0.0; NR]),
+            );
+            for (bl, xs) in xb.chunks(MR * pairs).enumerate() {
+                let m = xs.len() / pairs;
+                let (acc_a, acc_b) = match m {
+                    8 => block2::<8>(xs, a, b),
+                    7 => block2::<7>(xs, a, b),
+                    6 => block2::<6>(xs, a, b),
+                    5 => block2::<5>(xs, a, b),
+                    4 => block2::<4>(xs, a, b),
+                    3 => block2::<3>(xs, a, b),
+                    2 => block2::<2>(xs, a, b),
+                    _ => block2::<1>(xs, a, b),
+                };
+                for r in 0..m {
+                    let at = (first + bl * MR + r) * n + col;
+                    store(&acc_a[r], bias_a, out, at, epilogue);
+                    store(&acc_b[r], bias_b, out, at + NR, epilogue);
+                }
+            }
+        }
+        if !odd.is_empty() {
+            let col = n - NR;
+            let bias: &[f32; NR] = w.bias[col..].try_into().unwrap_or(&[0.0; NR]);
+            for (bl, xs) in xb.chunks(MR * pairs).enumerate() {
                 let m = xs.len() / pairs;
                 let acc = match m {
-                    8 => block::<8>(xs, panel),
-                    7 => block::<7>(xs, panel),
-                    6 => block::<6>(xs, panel),
-                    5 => block::<5>(xs, panel),
-                    4 => block::<4>(xs, panel),
-                    3 => block::<3>(xs, panel),
-                    2 => block::<2>(xs, panel),
-                    _ => block::<1>(xs, panel),
+                    8 => block::<8>(xs, odd),
+                    7 => block::<7>(xs, odd),
+                    6 => block::<6>(xs, odd),
+                    5 => block::<5>(xs, odd),
+                    4 => block::<4>(xs, odd),
+                    3 => block::<3>(xs, odd),
+                    2 => block::<2>(xs, odd),
+                    _ => block::<1>(xs, odd),
                 };
                 for (r, acc) in acc.iter().enumerate().take(m) {
-                    store(acc, bias, out, (first + b * MR + r) * n + col, epilogue);
+                    store(acc, bias, out, (first + bl * MR + r) * n + col, epilogue);
                 }
             }
         }
@@ -137,4 +170,42 @@ fn block<const M: usize>(xs: &[u32], panel: &[u32]) -> [[f32; NR]; MR] {
         *s = unsafe { std::mem::transmute::<__m512, [f32; NR]>(a) };
     }
     sums
+}
+
+/// [`block`] against two panels at once: each pair of `xs` broadcast once for both.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")]
+#[inline]
+fn block2<const M: usize>(
+    xs: &[u32],
+    a: &[u32],
+    b: &[u32],
+) -> ([[f32; NR]; MR], [[f32; NR]; MR]) {
+    let mut acc_a = [_mm512_setzero_ps(); M];
+    let mut acc_b = [_mm512_setzero_ps(); M];
+    for ((wa, wb), x) in a
+        .chunks_exact(NR)
+        .zip(b.chunks_exact(NR))
+        .zip(xs.chunks_exact(M))
+    {
+        let wa: [u32; NR] = wa.try_into().unwrap_or([0; NR]);
+        let wb: [u32; NR] = wb.try_into().unwrap_or([0; NR]);
+        // SAFETY: 16 bfloat16 pairs are the 64 bytes of one vector of 32 bfloat16s
+        let (wa, wb): (__m512bh, __m512bh) =
+            unsafe { (std::mem::transmute(wa), std::mem::transmute(wb)) };
+        for r in 0..M {
+            #[allow(clippy::cast_possible_wrap, reason = "the pair's bits, as they are")]
+            let pair = _mm512_set1_epi32(x[r] as i32);
+            // SAFETY: as above, one vector's bits
+            let pair: __m512bh = unsafe { std::mem::transmute(pair) };
+            acc_a[r] = _mm512_dpbf16_ps(acc_a[r], pair, wa);
+            acc_b[r] = _mm512_dpbf16_ps(acc_b[r], pair, wb);
+        }
+    }
+    let (mut sums_a, mut sums_b) = ([[0f32; NR]; MR], [[0f32; NR]; MR]);
+    for r in 0..M {
+        // SAFETY: 16 f32 lanes are 16 f32s
+        sums_a[r] = unsafe { std::mem::transmute::<__m512, [f32; NR]>(acc_a[r]) };
+        sums_b[r] = unsafe { std::mem::transmute::<__m512, [f32; NR]>(acc_b[r]) };
+    }
+    (sums_a, sums_b)
 }
