@@ -27,8 +27,9 @@ mod avx512;
 /// Outputs per packed panel: two 8-wide f32 vectors (AVX2), four on NEON, one 16-wide
 /// (AVX-512).
 const NR: usize = 16;
-/// Rows (tokens) sharing one pass over a panel in the portable kernel.
-const MR: usize = 4;
+/// Rows (tokens) sharing one pass over a panel in the portable kernel: with a pair's two
+/// widened halves, as many as AVX2's 16 registers hold without spilling.
+const MR: usize = 3;
 
 /// A linear layer `y = x W^T + b` with `W` (`n x k`, PyTorch's layout) repacked at load into
 /// panels of [`NR`] outputs: panel `p` holds, for each pair of inputs `2i, 2i+1`, the weights
@@ -189,7 +190,6 @@ impl pulp::WithSimd for Apply<'_> {
             while r0 < rows {
                 let m = (rows - r0).min(MR);
                 let acc = match m {
-                    4 => block::<4>(x, r0, k, panel),
                     3 => block::<3>(x, r0, k, panel),
                     2 => block::<2>(x, r0, k, panel),
                     _ => block::<1>(x, r0, k, panel),

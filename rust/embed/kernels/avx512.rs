@@ -175,11 +175,7 @@ fn block<const M: usize>(xs: &[u32], panel: &[u32]) -> [[f32; NR]; MR] {
 /// [`block`] against two panels at once: each pair of `xs` broadcast once for both.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")]
 #[inline]
-fn block2<const M: usize>(
-    xs: &[u32],
-    a: &[u32],
-    b: &[u32],
-) -> ([[f32; NR]; MR], [[f32; NR]; MR]) {
+fn block2<const M: usize>(xs: &[u32], a: &[u32], b: &[u32]) -> ([[f32; NR]; MR], [[f32; NR]; MR]) {
     let mut acc_a = [_mm512_setzero_ps(); M];
     let mut acc_b = [_mm512_setzero_ps(); M];
     for ((wa, wb), x) in a
