@@ -13,7 +13,7 @@
 )]
 
 use std::arch::x86_64::{
-    __m256bh, __m512, __m512bh, _mm512_cvtneps_pbh, _mm512_dpbf16_ps, _mm512_set1_epi32,
+    __m256bh, __m512, __m512bh, __m512i, _mm512_cvtneps_pbh, _mm512_dpbf16_ps, _mm512_set1_epi32,
     _mm512_setzero_ps,
 };
 
@@ -128,11 +128,11 @@ fn to_bf16(x: &[f32], block: &mut [u32], r: usize, m: usize) {
     let x16 = x.chunks_exact(16);
     let tail = x16.remainder();
     for (c, x) in x16.enumerate() {
-        let x: [f32; 16] = x.try_into().unwrap_or([0.0; 16]);
+        let x: [f32; NR] = x.try_into().unwrap_or([0.0; NR]);
         // SAFETY: 16 f32s are the 16 lanes of one vector, and 16 bfloat16s are 8 pairs
-        let got: [u32; 8] = unsafe {
+        let got = unsafe {
             std::mem::transmute::<__m256bh, [u32; 8]>(_mm512_cvtneps_pbh(std::mem::transmute::<
-                [f32; 16],
+                [f32; NR],
                 __m512,
             >(x)))
         };
@@ -153,21 +153,14 @@ fn to_bf16(x: &[f32], block: &mut [u32], r: usize, m: usize) {
 fn block<const M: usize>(xs: &[u32], panel: &[u32]) -> [[f32; NR]; MR] {
     let mut acc = [_mm512_setzero_ps(); M];
     for (w, x) in panel.chunks_exact(NR).zip(xs.chunks_exact(M)) {
-        let w: [u32; NR] = w.try_into().unwrap_or([0; NR]);
-        // SAFETY: 16 bfloat16 pairs are the 64 bytes of one vector of 32 bfloat16s
-        let w: __m512bh = unsafe { std::mem::transmute(w) };
+        let w = pairs16(w);
         for r in 0..M {
-            #[allow(clippy::cast_possible_wrap, reason = "the pair's bits, as they are")]
-            let pair = _mm512_set1_epi32(x[r] as i32);
-            // SAFETY: as above, one vector's bits
-            let pair: __m512bh = unsafe { std::mem::transmute(pair) };
-            acc[r] = _mm512_dpbf16_ps(acc[r], pair, w);
+            acc[r] = _mm512_dpbf16_ps(acc[r], broadcast(x[r]), w);
         }
     }
     let mut sums = [[0f32; NR]; MR];
     for (s, a) in sums.iter_mut().zip(acc) {
-        // SAFETY: 16 f32 lanes are 16 f32s
-        *s = unsafe { std::mem::transmute::<__m512, [f32; NR]>(a) };
+        *s = lanes(a);
     }
     sums
 }
@@ -183,25 +176,42 @@ fn block2<const M: usize>(xs: &[u32], a: &[u32], b: &[u32]) -> ([[f32; NR]; MR],
         .zip(b.chunks_exact(NR))
         .zip(xs.chunks_exact(M))
     {
-        let wa: [u32; NR] = wa.try_into().unwrap_or([0; NR]);
-        let wb: [u32; NR] = wb.try_into().unwrap_or([0; NR]);
-        // SAFETY: 16 bfloat16 pairs are the 64 bytes of one vector of 32 bfloat16s
-        let (wa, wb): (__m512bh, __m512bh) =
-            unsafe { (std::mem::transmute(wa), std::mem::transmute(wb)) };
+        let (wa, wb) = (pairs16(wa), pairs16(wb));
         for r in 0..M {
-            #[allow(clippy::cast_possible_wrap, reason = "the pair's bits, as they are")]
-            let pair = _mm512_set1_epi32(x[r] as i32);
-            // SAFETY: as above, one vector's bits
-            let pair: __m512bh = unsafe { std::mem::transmute(pair) };
+            let pair = broadcast(x[r]);
             acc_a[r] = _mm512_dpbf16_ps(acc_a[r], pair, wa);
             acc_b[r] = _mm512_dpbf16_ps(acc_b[r], pair, wb);
         }
     }
     let (mut sums_a, mut sums_b) = ([[0f32; NR]; MR], [[0f32; NR]; MR]);
     for r in 0..M {
-        // SAFETY: 16 f32 lanes are 16 f32s
-        sums_a[r] = unsafe { std::mem::transmute::<__m512, [f32; NR]>(acc_a[r]) };
-        sums_b[r] = unsafe { std::mem::transmute::<__m512, [f32; NR]>(acc_b[r]) };
+        sums_a[r] = lanes(acc_a[r]);
+        sums_b[r] = lanes(acc_b[r]);
     }
     (sums_a, sums_b)
+}
+
+/// The 16 bfloat16 pairs of `w` (a panel's row) as one vector.
+#[inline(always)]
+fn pairs16(w: &[u32]) -> __m512bh {
+    let w: [u32; NR] = w.try_into().unwrap_or([0; NR]);
+    // SAFETY: 16 pairs of bfloat16s are the 64 bytes of a vector of 32 bfloat16s
+    unsafe { std::mem::transmute::<[u32; NR], __m512bh>(w) }
+}
+
+/// One bfloat16 pair in every lane.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")]
+#[inline]
+fn broadcast(pair: u32) -> __m512bh {
+    #[allow(clippy::cast_possible_wrap, reason = "the pair's bits, as they are")]
+    let v = _mm512_set1_epi32(pair as i32);
+    // SAFETY: a vector's 64 bytes, as 32 bfloat16s
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
+}
+
+/// The 16 lanes of `v`.
+#[inline(always)]
+fn lanes(v: __m512) -> [f32; NR] {
+    // SAFETY: 16 f32 lanes are 16 f32s
+    unsafe { std::mem::transmute::<__m512, [f32; NR]>(v) }
 }
