@@ -71,14 +71,7 @@ fn product(w: &Packed, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
         for (p, two) in panels.enumerate() {
             let (a, b) = two.split_at(pairs * NR);
             let col = 2 * p * NR;
-            let bias: &[f32; 2 * NR] = w.bias[col..col + 2 * NR]
-                .try_into()
-                .unwrap_or(&[0.0; 2 * NR]);
-            let (bias_a, bias_b) = bias.split_at(NR);
-            let (bias_a, bias_b): (&[f32; NR], &[f32; NR]) = (
-                bias_a.try_into().unwrap_or(&[0.0; NR]),
-                bias_b.try_into().unwrap_or(&[0.0; NR]),
-            );
+            let (bias_a, bias_b) = (bias(w, col), bias(w, col + NR));
             for (bl, xs) in xb.chunks(MR * pairs).enumerate() {
                 let m = xs.len() / pairs;
                 let (acc_a, acc_b) = match m {
@@ -100,7 +93,7 @@ fn product(w: &Packed, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
         }
         if !odd.is_empty() {
             let col = n - NR;
-            let bias: &[f32; NR] = w.bias[col..].try_into().unwrap_or(&[0.0; NR]);
+            let bias = bias(w, col);
             for (bl, xs) in xb.chunks(MR * pairs).enumerate() {
                 let m = xs.len() / pairs;
                 let acc = match m {
@@ -119,6 +112,13 @@ fn product(w: &Packed, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
             }
         }
     }
+}
+
+/// The biases of the panel of outputs from `col`.
+fn bias(w: &Packed, col: usize) -> &[f32; NR] {
+    w.bias[col..col + NR]
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("a panel has NR outputs"))
 }
 
 /// The row `x` rounded to bfloat16 (to nearest, as [`bf16_pair`]) into row `r` of `block`, a
