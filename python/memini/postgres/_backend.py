@@ -61,6 +61,7 @@ from memini.postgres._schema import HNSW_MAX_DIMS, migrate
 from memini.postgres._search import (
     STANDING,
     Sizes,
+    keyword_params,
     keyword_sql,
     recall_sql,
     vector_sql,
@@ -610,14 +611,16 @@ class PgEngine:
     ) -> builtins.list[Scored]:
         """PostgreSQL full-text search: the query's words (>= 2 letters/digits, case- and
         accent-folded) OR-ed, English stemming and stopwords (the ``english``
-        configuration), ranked by ``ts_rank`` (term frequency in the row, no corpus-wide
-        inverse document frequency and no length normalisation, unlike BM25)."""
+        configuration), ranked by the sum of each word's ``ts_rank`` (its weight in the row,
+        no length normalisation) times its inverse document frequency in the namespace
+        (BM25's idf; see `memini.postgres._search`)."""
         words = query_words(query)
         if not words:
             return []
-        params: dict[str, Any] = {"ns": namespace, "tsq": " | ".join(words)}
-        sql = keyword_sql(where(filter, params), k)
         with self._p.read() as conn:
+            params = keyword_params(words, [namespace], self._sizes.rows(conn, [namespace]))
+            params["ns"] = namespace
+            sql = keyword_sql(where(filter, params), k)
             rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
         rows.sort(key=lambda r: (-r[-1], r[0]))
         return [Scored(to_memory(r), float(r[-1])) for r in rows]
@@ -653,8 +656,7 @@ class PgEngine:
                 seen.add(ns)
                 uniq.append((i, ns, tiers))
         words = query_words(query) if query.strip() else []
-        tsq = " | ".join(words) if words else None
-        if vector is None and tsq is None:
+        if vector is None and not words:
             return []
         found: builtins.list[Recalled] = []
         for _ in range(_RECALL_ATTEMPTS):
@@ -662,7 +664,7 @@ class PgEngine:
                 order, cands = self._fuse(
                     conn,
                     uniq,
-                    tsq,
+                    words,
                     vector,
                     filter,
                     k,
@@ -695,7 +697,7 @@ class PgEngine:
         self,
         conn: Conn,
         uniq: builtins.list[tuple[int, str, builtins.list[str] | None]],
-        tsq: str | None,
+        words: builtins.list[str],
         vector: npt.NDArray[np.float32] | None,
         spec: FilterSpec,
         k: int,
@@ -719,7 +721,11 @@ class PgEngine:
         # neighbour context weighs each namespace by its coherence: measured only when used,
         # and the neighbours are not read at all when no namespace searched has any
         coherence = [0.0] * (max((i for i, _, _ in uniq), default=0) + 1)
-        neighbours = context > 0 and vector is not None and tsq is not None
+        keyword = None
+        if words:
+            searched = [ns for _, ns, _ in uniq]
+            keyword = keyword_params(words, searched, self._sizes.rows(conn, searched))
+        neighbours = context > 0 and vector is not None and keyword is not None
         if neighbours:
             for i, ns, _ in uniq:
                 coherence[i] = self._coherence.of(conn, ns)
@@ -730,7 +736,7 @@ class PgEngine:
             spec,
             [(ns, tiers) for _, ns, tiers in uniq],
             graph,
-            tsq,
+            keyword,
             pool,
             neighbours,
         )

@@ -14,7 +14,13 @@ plans, relaxed iterative scans), built per filter shape with ``k`` written into 
   namespace index. It runs when the client asks for it (``graph`` false) or when the walk
   found fewer than ``k`` rows (a filter passing few rows), so a search returns exactly
   ``min(k, matching rows with a vector)``.
-- **keyword**: full-text match through the GIN index on ``words``, ranked by ``ts_rank``.
+- **keyword**: full-text match through the GIN index on ``words``, ranked by the sum over
+  the query's words of ``ts_rank`` (the word's weight in the row) times the word's inverse
+  document frequency in the namespaces searched (BM25's ``ln(1 + (N - df + 0.5) / (df +
+  0.5))``): a word in nearly every row there (a user's name in their own facts) weighs
+  nearly nothing. The document frequencies are counted in the statement through the GIN
+  index; ``N`` is counted there too up to `COUNT_UP_TO` rows, above which the planner
+  statistics' estimate stands in (`Sizes.rows`).
 - **recall**: both legs of every source namespace and the candidates' timeline neighbours in
   one statement, returning only what the fusion needs (the candidates' standing columns and
   the vector leg's vectors); a second statement reads the full rows of the final ``k``.
@@ -44,15 +50,20 @@ if TYPE_CHECKING:
     from memini.postgres._pool import Conn
 
 __all__ = [
+    "COUNT_UP_TO",
     "MAX_EF_SEARCH",
     "REFRESH_SECONDS",
     "STANDING",
     "Sizes",
+    "keyword_params",
     "keyword_sql",
     "recall_sql",
     "vector_sql",
 ]
 
+COUNT_UP_TO: Final = 4096
+"""A keyword search counts the rows of the namespaces it searches up to this many (its
+idf's ``N``); more, and the planner statistics' estimate stands in."""
 MAX_EF_SEARCH: Final = 1000
 """pgvector's largest ``hnsw.ef_search``."""
 REFRESH_SECONDS: Final = 60.0
@@ -142,15 +153,46 @@ def vector_sql(metric: str, dims: int, cond: str, k: int) -> str:
     return f"WITH {ctes} {rows}"
 
 
+# each word of the keyword query (`keyword_params`) with its inverse document frequency in
+# the namespaces searched: N counted up to COUNT_UP_TO rows (else the estimate), df through
+# the GIN index; a stopword (an empty query in the english configuration) has none
+_IDF: Final = (
+    "kwidf AS MATERIALIZED (SELECT t.q, ln(1 + (greatest(n.n, c.df) - c.df + 0.5) "
+    "/ (c.df + 0.5)) AS idf "
+    f"FROM (SELECT DISTINCT to_tsquery('{_TS_CONFIG}', w) AS q "
+    "FROM unnest(%(kw_words)s::text[]) w) t, "
+    f"(SELECT CASE WHEN c < {COUNT_UP_TO} THEN c ELSE greatest(c, %(kw_rows)s) END AS n "
+    "FROM (SELECT count(*)::float8 AS c FROM (SELECT FROM memories "
+    f"WHERE namespace = ANY(%(kw_ns)s::text[]) LIMIT {COUNT_UP_TO}) x) y) n, "
+    "LATERAL (SELECT count(*)::float8 AS df FROM memories "
+    "WHERE namespace = ANY(%(kw_ns)s::text[]) AND words @@ t.q) c "
+    "WHERE numnode(t.q) > 0)"
+)
+
+
+def keyword_params(words: Sequence[str], namespaces: Sequence[str], rows: float) -> dict[str, Any]:
+    """The keyword leg's parameters: the query's ``words`` (`memini.postgres._rows.
+    query_words`) OR-ed and one by one, the ``namespaces`` searched (their idf) and their
+    estimated row count (`Sizes.rows`)."""
+    return {
+        "tsq": " | ".join(words),
+        "kw_words": list(words),
+        "kw_ns": list(namespaces),
+        "kw_rows": rows,
+    }
+
+
 def _keyword_ranked(cond: str, k: int, cols: str = "ctid AS t") -> str:
     """The keyword leg over ``cond`` (namespace included): ``cols`` and the rank of the best
-    ``k`` rows. The query is parsed once, in ``FROM``; the rows come from the GIN index on
-    ``words`` (``cond`` is opaque, see `_opaque`: written plainly, the generic plan of a
-    large namespace read the whole namespace through its btree index instead). A query of
-    stopwords alone searches its words as they are, unindexed, as the embedded store keeps
-    them when nothing else is left."""
+    ``k`` rows, by the ``kwidf`` CTE (`_IDF`). The query is parsed once, in ``FROM``; the
+    rows come from the GIN index on ``words`` (``cond`` is opaque, see `_opaque`: written
+    plainly, the generic plan of a large namespace read the whole namespace through its
+    btree index instead). A query of stopwords alone searches its words as they are,
+    unindexed, ranked by ``ts_rank`` alone, as the embedded store keeps them when nothing
+    else is left."""
     return (
-        f"(SELECT {cols}, ts_rank(words, q)::float8 AS rank FROM memories, {_FTS} q "
+        f"(SELECT {cols}, (SELECT sum(d.idf * ts_rank(words, d.q)) FROM kwidf d)::float8 "
+        f"AS rank FROM memories, {_FTS} q "
         f"WHERE numnode({_FTS}) > 0 AND words @@ q AND {_opaque(cond)} "
         f"ORDER BY rank DESC, id LIMIT {k}) UNION ALL "
         f"(SELECT {cols}, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, {_PLAIN_Q} q "
@@ -160,11 +202,11 @@ def _keyword_ranked(cond: str, k: int, cols: str = "ctid AS t") -> str:
 
 
 def keyword_sql(cond: str, k: int) -> str:
-    """The keyword search of one namespace (``%(ns)s``, ``%(tsq)s``, the filter's
+    """The keyword search of one namespace (``%(ns)s``, `keyword_params`, the filter's
     parameters): rows of ``SELECT`` plus the rank, in no order (best first is by rank
     descending, then id)."""
     return (
-        f"SELECT {', '.join(f'm.{c}' for c in COLUMNS)}, x.rank FROM "
+        f"WITH {_IDF} SELECT {', '.join(f'm.{c}' for c in COLUMNS)}, x.rank FROM "
         f"({_keyword_ranked(f'namespace = %(ns)s AND {cond}', k)}) x "
         "JOIN memories m ON m.ctid = x.t"
     )
@@ -176,7 +218,7 @@ def recall_sql(
     spec: FilterSpec,
     sources: Sequence[tuple[str, list[str] | None]],
     graph: Sequence[bool] | None,
-    tsq: str | None,
+    keyword: dict[str, Any] | None,
     pool: int,
     context: bool,
 ) -> tuple[str, dict[str, Any]]:
@@ -188,7 +230,7 @@ def recall_sql(
         spec: The filter (the same for every source).
         sources: (namespace, the tiers it may contribute or None for all), each namespace once.
         graph: Per source, whether its vector leg walks the graph; None: no vector leg.
-        tsq: The keyword leg's ``to_tsquery`` text; None: no keyword leg.
+        keyword: The keyword leg's `keyword_params`; None: no keyword leg.
         pool: Candidates per leg and source.
         context: Whether to add each candidate's timeline neighbours.
 
@@ -201,7 +243,7 @@ def recall_sql(
     """
     params: dict[str, Any] = {}
     cond = where(spec, params)
-    ctes: list[str] = []
+    ctes: list[str] = [] if keyword is None else [_IDF]
     legs: list[str] = []
     for i, (ns, tiers) in enumerate(sources):
         params[f"ns{i}"] = ns
@@ -226,15 +268,15 @@ def recall_sql(
                 f"embedding, NULL::float8 AS rank "
                 f"FROM ({rows}) v{i}(x, {_CANDIDATE}, embedding)"
             )
-        if tsq is not None:
+        if keyword is not None:
             ranked = _keyword_ranked(scond, pool, _CANDIDATE)
             ctes.append(f"k{i} AS MATERIALIZED ({ranked})")
             legs.append(
                 f"SELECT 'k' AS leg, {i} AS src, {_CANDIDATE}, NULL::vector AS embedding, "
                 f"rank FROM k{i}"
             )
-    if tsq is not None:
-        params["tsq"] = tsq
+    if keyword is not None:
+        params.update(keyword)
     out = ", ".join(f"l.{c}" for c in STANDING)
     sql = (
         f"WITH {', '.join(ctes)}, legs AS ({' UNION ALL '.join(legs)}) "
@@ -338,6 +380,11 @@ class Sizes:
         with self._lock:
             self._snap = fresh
         return fresh
+
+    def rows(self, conn: Conn, namespaces: Sequence[str]) -> float:
+        """The estimated row count of ``namespaces``."""
+        snap = self._snapshot(conn)
+        return sum(snap.ns.get(ns, snap.ns_other) for ns in set(namespaces)) * snap.rows
 
     def plan(
         self,
