@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BENCH_ROWS ?= 10000
 
-.PHONY: help venv install test test-rust test-py lint bench bench-venv bench-embed-venv bench-compare bench-scale bench-smoke demo wheel wheel-check clean
+.PHONY: help venv install test test-rust test-py lint bench bench-venv bench-embed-venv bench-compare bench-scale bench-smoke demo wheel wheel-check wheels clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -80,6 +80,22 @@ wheel-check: wheel  ## auditwheel report, then install the wheel in a fresh venv
 	rm -rf build/wheel-venv && python3 -m venv build/wheel-venv
 	build/wheel-venv/bin/pip install -q dist/*.whl
 	cd build && env PATH=/usr/bin:/bin wheel-venv/bin/python ../scripts/wheel_smoke.py
+
+# The tests `make wheels` runs on each installed wheel: every core path (write, vector search
+# on a flat array, a graph and the compact scan, keyword search, recall, reopen; the local
+# embedder in the recall tests that use its weights), on local stores (no server, no
+# PostgreSQL). Under qemu-aarch64 a smaller subset of the same paths, with no test that
+# starts a subprocess (qemu without binfmt_misc cannot run one).
+WHEEL_TESTS := tests/test_upsert_get.py tests/test_vector_search.py \
+	tests/test_keyword_search.py tests/test_recall.py tests/test_persistence.py
+WHEEL_SELECT := not remote and not postgres
+ARM_SELECT := disk and (test_round_trip or test_both_legs_find_and_score_rows \
+	or test_bm25_ranks_by_term_frequency_and_rarity or test_hits_carry_the_stored_row \
+	or live-default-10] or rare-tag-1pct-10]) or test_every_kind_of_row_survives_reopen
+
+wheels: venv  ## manylinux_2_28 x86_64 + aarch64 wheels and the sdist into build/wheels, each installed and tested (qemu)
+	WHEEL_TESTS='$(WHEEL_TESTS)' WHEEL_SELECT='$(WHEEL_SELECT)' ARM_SELECT='$(ARM_SELECT)' \
+		VENV=$(VENV) scripts/wheels.sh
 
 clean:  ## remove build outputs and the venv
 	rm -rf target dist build $(VENV) memini-data

@@ -367,3 +367,149 @@ def test_served_recall(
     info["goal_ratio_4c"] = 0.5
     benchmark.extra_info.update(info)
     print("\nserved recall:", json.dumps(info, indent=1))
+
+
+CLIENT_CPU = r"""
+import json, sys, time
+import numpy as np
+import memini
+url, queries, ns, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+qs = np.load(queries)
+out = {}
+with memini.connect(url) as c:
+    calls = {
+        "vector_search": lambda q: c.vector_search(ns, q, k=10),
+        "count": lambda q: c.count(ns),
+    }
+    for q in qs[:20]:  # connected, every per-method table built
+        calls["vector_search"](q)
+        calls["count"](q)
+    for name, call in calls.items():
+        best = float("inf")
+        for _ in range(3):
+            c0 = time.process_time()
+            for i in range(n):
+                call(qs[i % len(qs)])
+            best = min(best, (time.process_time() - c0) / n)
+        out[name] = best
+print(json.dumps(out))
+"""
+
+
+def test_remote_store_client_cpu(
+    benchmark: Any,
+    served: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """`RemoteStore`'s own CPU per call: the process CPU time (user + system, every thread)
+    of a client process holding only the queries, over ``n`` calls one after another
+    against the served store (best of 3 rounds). ``count`` is the fixed cost of a call
+    (HTTP, encoding, the answer's parse); ``vector_search`` adds the query's base64 and the
+    ten hits' decoding."""
+    n = 50 if pytestconfig.getoption("benchmark_disable", False) else 300
+    queries = tmp_path / "queries.npy"
+    np.save(queries, data.queries[:100])
+    out: dict[str, float] = {}
+
+    def run() -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", CLIENT_CPU, served["url"], str(queries), NS, str(n)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+        out.update(json.loads(done.stdout))
+
+    benchmark.group = "server: RemoteStore client CPU"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info = {f"client_cpu_us_per_{name}": round(1e6 * seconds, 1) for name, seconds in out.items()}
+    info["calls"] = n
+    info["goal_client_cpu_us_per_vector_search"] = 200
+    benchmark.extra_info.update(info)
+    print("\nRemoteStore client CPU:", json.dumps(info, indent=1))
+
+
+def _cpu_per_call(fn: Any, n: int) -> float:
+    """Seconds of this process's CPU time per call of ``fn`` (best of 3 rounds of ``n``)."""
+    best = float("inf")
+    for _ in range(3):
+        c0 = time.process_time()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.process_time() - c0) / n)
+    return best
+
+
+def test_vectors_base64_vs_arrays(
+    benchmark: Any,
+    served: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """What base64 vectors save (issue 34), for a 384-d ``vector_search`` (k=10) and an
+    ``upsert_many`` of 100 rows, each sent both ways, base64 (as `RemoteStore` sends) and
+    arrays of numbers (as it sent them before): the request body's bytes; the client's CPU
+    to encode the call and the server's to parse and decode its body, both timed in this
+    process (thread CPU time, best of 3 rounds); and the server's whole CPU per request
+    (psutil, every thread of the server process) over a one-client load of each form, the
+    two forms alternated twice and the lower of each kept (the machine is shared)."""
+    from memini import _wire as wire
+
+    seconds = _seconds(pytestconfig)
+    rows = [data.memory(i, "bench-b64", id=f"b64-{i}") for i in range(100)]
+    search, upsert = wire.METHODS["vector_search"], wire.METHODS["upsert_many"]
+
+    def upsert_arrays(ms: list[Any]) -> Any:
+        body = upsert.encode_args({"memories": ms})
+        for m, sent in zip(ms, body["memories"], strict=True):
+            sent["embedding"] = wire._any(m.embedding)  # an array marker, as before
+        return body
+
+    encoders = {
+        ("vector_search", "arrays"): lambda q: {"namespace": NS, "vector": wire._any(q), "k": 10},
+        ("vector_search", "base64"): lambda q: search.encode_args(
+            {"namespace": NS, "vector": q, "k": 10}
+        ),
+        ("upsert_many", "arrays"): upsert_arrays,
+        ("upsert_many", "base64"): lambda ms: upsert.encode_args({"memories": ms}),
+    }
+    args = {"vector_search": data.queries[0], "upsert_many": rows}
+    server = psutil.Process(served["proc"].pid)
+    out: dict[str, dict[str, float]] = {}
+
+    def run() -> None:
+        for (name, form), encode in encoders.items():
+            arg, method = args[name], wire.METHODS[name]
+            body = wire.dumps(encode(arg))
+            n = 200 if name == "vector_search" else 10
+            out[f"{name}_{form}"] = {
+                "body_bytes": len(body),
+                "client_encode_us": 1e6 * _cpu_per_call(lambda: wire.dumps(encode(arg)), n),  # noqa: B023
+                "server_decode_us": 1e6
+                * _cpu_per_call(lambda: method.decode_args(wire.loads(body)), n),  # noqa: B023
+                "server_cpu_us_per_request": float("inf"),
+            }
+        for _ in range(2):
+            for (name, form), encode in encoders.items():
+                queries = data.queries[:100] if name == "vector_search" else [args[name]]
+                bodies = [wire.dumps(encode(q)).decode() for q in queries]
+                cpu0 = sum(server.cpu_times()[:2])
+                load = _load(served["url"], f"/v1/{name}", bodies, 1, seconds, tmp_path)
+                cpu = 1e6 * (sum(server.cpu_times()[:2]) - cpu0) / max(load["requests"], 1)
+                r = out[f"{name}_{form}"]
+                r["server_cpu_us_per_request"] = min(r["server_cpu_us_per_request"], cpu)
+
+    benchmark.group = "server: vectors as base64"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info: dict[str, Any] = {f"{k}_{m}": round(v, 1) for k, r in out.items() for m, v in r.items()}
+    for name in args:
+        a, b = out[f"{name}_arrays"], out[f"{name}_base64"]
+        info[f"{name}_body_bytes_arrays_over_base64"] = round(a["body_bytes"] / b["body_bytes"], 2)
+        for m in ("client_encode_us", "server_decode_us", "server_cpu_us_per_request"):
+            info[f"{name}_{m}_saved"] = round(a[m] - b[m], 1)
+    benchmark.extra_info.update(info)
+    print("\nvectors as base64:", json.dumps(info, indent=1))

@@ -6,7 +6,7 @@
 //! - [`keyword`]: tantivy BM25;
 //! - [`rank`]: the ranking helpers (salience, confidence decay, quality);
 //! - [`engine`]: locking, group commit, recovery and search planning;
-//! - [`embed`]: the local text embedder (a BERT sentence model on candle);
+//! - [`embed`]: the local text embedder (a BERT sentence model, hand-written SIMD kernels);
 //! - [`limits`]: the largest sizes and names a caller may give, and their checks.
 //!
 //! The Python binding lives in `python/` behind the `python` feature; nothing else here
@@ -23,6 +23,8 @@ pub mod limits;
 pub mod pool;
 pub mod rank;
 pub mod rows;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod types;
 pub mod vector;
 

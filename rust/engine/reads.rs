@@ -303,6 +303,8 @@ impl Engine {
     pub fn stats(&self) -> Result<Stats> {
         // before the state: the lock order (see the module docs of `engine`)
         let seq = self.inner()?.counters.lock().seq;
+        // outside the read: it creates a small usearch index to ask
+        let simd = crate::vector::simd(self.inner()?.metric)?;
         self.read(|inner, st, _| {
             let mut namespaces = Vec::new();
             for (name, n) in &st.cols.namespaces {
@@ -328,6 +330,7 @@ impl Engine {
                 bytes_on_disk: inner.dir.as_deref().map_or(0, dir_size),
                 dims: inner.dims,
                 metric: inner.metric,
+                simd,
             })
         })
     }
@@ -376,6 +379,8 @@ pub struct Stats {
     pub dims: usize,
     /// Metric.
     pub metric: Metric,
+    /// The SIMD kernels chosen at run time, as (component, kernel) (see [`crate::vector::simd`]).
+    pub simd: Vec<(&'static str, String)>,
 }
 
 fn dir_size(p: &Path) -> u64 {

@@ -1,6 +1,7 @@
 //! `memini._core.Engine`: a frozen pyclass over the thread-safe core engine.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use numpy::{PyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -16,7 +17,15 @@ use crate::types::{Metric, Micros, Tier};
 /// The Rust engine: rows, columns, both indexes. Thread-safe; every call releases the GIL.
 #[pyclass(frozen, name = "Engine", module = "memini._core")]
 pub struct PyEngine {
-    engine: Engine,
+    /// Shared with the HTTP front (`crate::serve`), which answers hot routes itself.
+    engine: Arc<Engine>,
+}
+
+impl PyEngine {
+    /// The engine, for the HTTP front.
+    pub fn shared(&self) -> Arc<Engine> {
+        self.engine.clone()
+    }
 }
 
 impl Drop for PyEngine {
@@ -72,7 +81,9 @@ impl PyEngine {
                 },
             )
         })?;
-        Ok(Self { engine })
+        Ok(Self {
+            engine: Arc::new(engine),
+        })
     }
 
     #[getter]
@@ -428,6 +439,7 @@ impl PyEngine {
         d.set_item("bytes_on_disk", s.bytes_on_disk)?;
         d.set_item("dims", s.dims)?;
         d.set_item("metric", s.metric.as_str())?;
+        d.set_item("simd", super::simd_dict(py, s.simd)?)?;
         Ok(d)
     }
 

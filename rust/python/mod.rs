@@ -13,13 +13,15 @@ mod convert;
 mod embed;
 mod engine;
 mod errors;
+mod front;
 mod rules;
 mod spawn;
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::rank::Standing;
-use crate::types::Micros;
+use crate::types::{Metric, Micros};
 
 /// The build profile of this extension ("release" or "debug"); benchmarks refuse debug.
 #[pyfunction]
@@ -29,6 +31,26 @@ fn build_profile() -> &'static str {
     } else {
         "release"
     }
+}
+
+/// The SIMD kernels chosen at run time on this CPU for a store of `metric` ("l2", "cos",
+/// "ip"), as `stats()["simd"]` shows them: `{"vector_graph": ..., "compact_scan": ...}`.
+#[pyfunction]
+fn simd<'py>(py: Python<'py>, metric: &str) -> PyResult<Bound<'py, PyDict>> {
+    let metric = Metric::parse(metric).map_err(|e| errors::to_py(py, e))?;
+    let kernels = errors::run(py, || crate::vector::simd(metric))?;
+    simd_dict(py, kernels)
+}
+
+fn simd_dict<'py>(
+    py: Python<'py>,
+    kernels: Vec<(&'static str, String)>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (component, kernel) in kernels {
+        d.set_item(component, kernel)?;
+    }
+    Ok(d)
 }
 
 fn standing(
@@ -141,7 +163,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<embed::PyLocalModel>()?;
     m.add_class::<spawn::Completions>()?;
+    m.add_class::<front::PyFront>()?;
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(simd, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
     m.add_function(wrap_pyfunction!(rules::fuse, m)?)?;
     m.add_function(wrap_pyfunction!(rules::vector_scores, m)?)?;

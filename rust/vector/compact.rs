@@ -332,6 +332,14 @@ struct Scan<'a> {
 /// are scattered over the copy, and the CPU's own lookahead covers about one row.
 const AHEAD: usize = 8;
 
+/// The instruction set the scan runs on, as `pulp` detected it at run time: "v4"
+/// (x86-64-v4, AVX-512, when pulp is built with it), "v3" (x86-64-v3: AVX2 and FMA), "neon",
+/// or "scalar" (no SIMD the scan uses, e.g. an x86-64 CPU without AVX2).
+pub(super) fn kernel() -> String {
+    let arch = format!("{:?}", pulp::Arch::new());
+    arch.split('(').next().unwrap_or(&arch).to_lowercase()
+}
+
 impl pulp::WithSimd for Scan<'_> {
     type Output = Vec<(f32, u32)>;
 

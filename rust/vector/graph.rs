@@ -87,6 +87,31 @@ fn hits(m: usearch::ffi::Matches) -> Hits {
     m.keys.into_iter().zip(m.distances).collect()
 }
 
+/// usearch's options for a graph of `dims` and `metric` storing `scalar`.
+fn options(dims: usize, metric: Metric, scalar: ScalarKind) -> IndexOptions {
+    IndexOptions {
+        dimensions: dims,
+        metric: match metric {
+            Metric::L2 => MetricKind::L2sq,
+            Metric::Cos => MetricKind::Cos,
+            Metric::Ip => MetricKind::IP,
+        },
+        quantization: scalar,
+        connectivity: CONNECTIVITY,
+        expansion_add: EXPANSION_ADD,
+        expansion_search: 1,
+        multi: false,
+    }
+}
+
+/// The distance kernel usearch chose at run time for a graph of `metric` over [`SCALAR`],
+/// as usearch names it: the best this CPU runs among those compiled in (e.g. "haswell" for
+/// AVX2, "skylake" or later names for AVX-512, "neon" on ARM, "serial" without any).
+pub(super) fn kernel(metric: Metric) -> Result<String> {
+    let index = Index::new(&options(8, metric, SCALAR)).map_err(|e| usearch_err("create", e))?;
+    Ok(index.hardware_acceleration())
+}
+
 /// Graph partition: a usearch index reachable only through methods that demand a [`Permit`].
 pub(super) struct Graph {
     index: Index,
@@ -109,20 +134,8 @@ impl Graph {
         capacity: usize,
         p: &Permit<'_>,
     ) -> Result<Self> {
-        let options = IndexOptions {
-            dimensions: dims,
-            metric: match metric {
-                Metric::L2 => MetricKind::L2sq,
-                Metric::Cos => MetricKind::Cos,
-                Metric::Ip => MetricKind::IP,
-            },
-            quantization: scalar,
-            connectivity: CONNECTIVITY,
-            expansion_add: EXPANSION_ADD,
-            expansion_search: 1,
-            multi: false,
-        };
-        let index = Index::new(&options).map_err(|e| usearch_err("create", e))?;
+        let index =
+            Index::new(&options(dims, metric, scalar)).map_err(|e| usearch_err("create", e))?;
         let g = Self {
             index,
             metric,

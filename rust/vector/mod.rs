@@ -117,6 +117,19 @@ impl Default for Tuning {
 /// threads at once.
 pub type RowVectors<'a> = &'a (dyn Fn(&[u64], &mut Vec<u8>) -> Result<Vec<Option<usize>>> + Sync);
 
+/// The SIMD kernels chosen at run time for the CPU this runs on, as (component, kernel):
+/// the graphs' distances of `metric` (usearch, see [`graph::kernel`]) and the compact
+/// scan's (pulp, see [`compact::kernel`]). A wheel is built for the architecture's baseline
+/// CPU and carries the faster kernels beside it; these name the ones picked.
+pub fn simd(metric: crate::types::Metric) -> Result<Vec<(&'static str, String)>> {
+    Ok(vec![
+        ("vector_graph", graph::kernel(metric)?),
+        ("compact_scan", compact::kernel()),
+        // the local embedder's kernels (rust/embed/kernels.rs) dispatch through pulp too
+        ("embedder", compact::kernel()),
+    ])
+}
+
 /// A usearch failure while doing `context`.
 fn usearch_err(context: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::vector(format!("vector index: {context}"), e)

@@ -37,6 +37,7 @@ from typing import cast
 from rich.console import Console
 
 from memini import __version__
+from memini._core import simd
 from memini.cli.commands import (
     cmd_check,
     cmd_compact,
@@ -76,6 +77,23 @@ def _positive(text: str) -> int:
     return value
 
 
+class _Version(argparse.Action):
+    """``--version``: memini's version, then the SIMD kernels chosen at run time on this CPU
+    (for a store of the default metric; ``stats()["simd"]`` shows a store's own)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        kernels = simd("l2")
+        print(f"memini {__version__}")
+        print(
+            "SIMD on this CPU: "
+            + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in kernels.items())
+        )
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memini",
@@ -83,7 +101,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok; 1 error or bad import lines; 2 check found a mismatch.",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress of long work")
-    p.add_argument("--version", action="version", version=f"memini {__version__}")
+    p.add_argument(
+        "--version",
+        action=_Version,
+        help="show memini's version and the SIMD kernels it chose on this CPU, then exit",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def store_arg(sp: argparse.ArgumentParser) -> None:

@@ -76,6 +76,7 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         backup_dir=args.backup_dir,
         metrics_admin_only=args.metrics_admin_only,
         max_connections=args.max_connections,
+        front=args.front,
     )
     server = _open(args, options)
     err.print(f"memini: serving {shown_location(args.store)} at {server.url}", markup=False)
@@ -134,7 +135,15 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
         "--max-connections",
         type=positive,
         default=2048,
-        help="open connections at once, more are answered 503 (2048; keep below ulimit -n)",
+        help="open connections at once, more are answered 503 (2048; keep below ulimit -n, "
+        "a third of it with --front: each then holds three descriptors)",
+    )
+    sp.add_argument(
+        "--front",
+        action="store_true",
+        help="listen with the HTTP front in the core: auth decided there, limits on every "
+        "route, count answered without the GIL; other routes are forwarded to the app, "
+        "which costs more server CPU per call than serving it directly (the default)",
     )
     sp.add_argument("--no-events", action="store_true", help="do not log served calls")
     sp.add_argument(

@@ -6,19 +6,32 @@ REST/JSON under ``/v1`` (one ``POST /v1/<method>`` per `Store` method, arguments
 (Starlette, uvicorn, orjson, mcp); ``import memini`` never imports this package.
 
 The stack, chosen by measurement (README, "Serving"): Starlette on uvicorn (uvloop +
-httptools, each answer sent in one write: `memini.server._http`), bodies with orjson.
+httptools, each answer sent in one write: `memini.server._http`), bodies with orjson,
+listening on the public address. With ``front=True`` (``memini serve --front``) the HTTP
+front in the core (`memini._core.Front`, rust/serve: hyper on a tokio runtime with a thread
+per core) listens there instead: it decides auth once per request from the key snapshot the
+gate pushes to it (`Gate.attach`), applies the body and header limits and the connection
+cap, answers ``count`` itself and forwards the rest to the app, which then listens on a Unix
+socket in a private (0700) directory and believes the front's decision only beside a
+per-process random token. Opt-in until the hot routes are native: each forwarded call costs
+more server CPU than the direct path (README, "Serving").
 SIGTERM/SIGINT stop accepting, answer 503 to new calls on open connections, finish those in
 flight, write the queued event rows and close the store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import secrets
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -27,6 +40,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 import memini
+from memini._core import Engine, Front
 from memini.errors import InvalidArgumentError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
@@ -64,6 +78,8 @@ class ServerOptions:
         backup_dir: The directory served ``backup`` calls write below (None: refused).
         metrics_every: Seconds between refreshes of the live-row gauges of ``/metrics``.
         metrics_admin_only: ``/metrics`` needs the admin secret.
+        front: Listen with the HTTP front in the core (auth, limits and ``count`` there,
+            the rest forwarded to the app) instead of uvicorn directly.
     """
 
     host: str = "127.0.0.1"
@@ -82,6 +98,7 @@ class ServerOptions:
     backup_dir: str | os.PathLike[str] | None = None
     metrics_every: float = 15.0
     metrics_admin_only: bool = False
+    front: bool = False
 
 
 class _Uvicorn(uvicorn.Server):
@@ -89,9 +106,22 @@ class _Uvicorn(uvicorn.Server):
     on open connections get 503 while the listener closes)."""
 
     service: Service
+    ended: Callable[[], None]  # `Server._ended`
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, with the server's listener ended before uvicorn re-raises a captured
+        stop signal (which ends the process before any ``finally`` of `Server.run`)."""
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self.ended()
 
     def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
         self.service.draining = True
+        if self.service.front is not None:
+            self.service.front.stop()  # no new connections; open ones close once answered
         super().handle_exit(sig, frame)
 
 
@@ -129,6 +159,7 @@ class Server:
             if opts.events
             else None
         )
+        self._admin = admin or None
         self.service = Service(store, gate, recorder, opts.backup_dir)
         mcp = None
         if opts.mcp:
@@ -146,7 +177,8 @@ class Server:
             metrics_every=opts.metrics_every,
             metrics_admin_only=opts.metrics_admin_only,
         )
-        self._sock: socket.socket | None = None
+        self._listener: socket.socket | Front | None = None
+        self._private: str | None = None  # the directory of the app's Unix socket
         self._uvicorn: _Uvicorn | None = None
         self._thread: threading.Thread | None = None
 
@@ -171,29 +203,36 @@ class Server:
             store.close()
             raise
 
-    def bind(self) -> socket.socket:
-        """Bind the listening socket now (``port=0`` picks a free port, see `port`)."""
-        if self._sock is None:
-            family = socket.AF_INET6 if ":" in self.options.host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.options.host, self.options.port))
-            sock.listen(2048)
-            sock.set_inheritable(True)
-            self._sock = sock
+    def bind(self) -> socket.socket | Front:
+        """Bind the public address now (``port=0`` picks a free port, see `port`): the
+        listening socket, or the HTTP front listening there (``front``), which serves from
+        `run` or `start`."""
+        if self._listener is None:
+            opts = self.options
+            if opts.front:
+                self._listener = Front(opts.host, opts.port, 2048, self._admin)
+            else:
+                family = socket.AF_INET6 if ":" in opts.host else socket.AF_INET
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((opts.host, opts.port))
+                sock.listen(2048)
+                sock.set_inheritable(True)
+                self._listener = sock
             if self.service.gate.open:  # said when a socket opens (not for MCP over stdio)
                 _LOG.warning(
                     "no %s and no API key stored: serving WITHOUT authentication on "
                     "loopback %s (key management and backup still need the admin secret)",
                     ADMIN_KEY_ENV,
-                    self.options.host,
+                    opts.host,
                 )
-        return self._sock
+        return self._listener
 
     @property
     def port(self) -> int:
         """The bound port."""
-        return int(self.bind().getsockname()[1])
+        listener = self.bind()
+        return listener.port if isinstance(listener, Front) else int(listener.getsockname()[1])
 
     @property
     def url(self) -> str:
@@ -202,35 +241,81 @@ class Server:
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{self.port}"
 
-    def _config(self) -> _Uvicorn:
+    def _launch(self) -> tuple[_Uvicorn, socket.socket]:
+        """uvicorn and the socket it serves: the public one, or behind the front."""
+        listener = self.bind()
+        opts = self.options
+        if isinstance(listener, Front):
+            sock = self._behind(listener)
+            # the front's connections: one per client connection, which the front caps and
+            # times out
+            keep_alive, cap = 3600, None
+        else:
+            sock = listener
+            # beyond the cap, new connections are answered 503 at once (a descriptor each)
+            keep_alive, cap = 30, opts.max_connections
         config = uvicorn.Config(
             self.app,
-            http=_http_protocol(self.options.header_timeout),
+            http=_http_protocol(opts.header_timeout),
             # nothing here reads the client's address: no X-Forwarded-* rewriting per request
             proxy_headers=False,
             log_level="warning",
             access_log=False,
             lifespan="on",
-            timeout_graceful_shutdown=int(self.options.drain_timeout),
-            timeout_keep_alive=30,
-            # beyond it, new connections are answered 503 at once (a descriptor each)
-            limit_concurrency=self.options.max_connections,
+            timeout_graceful_shutdown=int(opts.drain_timeout),
+            timeout_keep_alive=keep_alive,
+            limit_concurrency=cap,
         )
         server = _Uvicorn(config)
         server.service = self.service
+        server.ended = self._ended
         self._uvicorn = server
-        return server
+        return server, sock
+
+    def _behind(self, front: Front) -> socket.socket:
+        """The app's Unix socket in a new private directory, and the front serving in front
+        of it (its requests wait in the socket's backlog until uvicorn runs)."""
+        opts = self.options
+        self._private = tempfile.mkdtemp(prefix="memini-serve-")  # mode 0700
+        path = os.path.join(self._private, "app.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+        sock.listen(2048)
+        token = secrets.token_urlsafe(32)
+        self.service.gate.attach(front, token.encode())
+        engine = self.service.store._engine
+        front.serve(
+            path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
+            opts.max_connections, engine if isinstance(engine, Engine) else None,
+        )  # fmt: skip
+        self.service.front = front
+        return sock
+
+    def _ended(self) -> None:
+        """After uvicorn: the listening socket closed, or the front's last connections gone
+        and the private directory too."""
+        listener, self._listener = self._listener, None
+        if isinstance(listener, Front):
+            listener.stop()
+            listener.wait(self.options.drain_timeout)
+        elif listener is not None:
+            listener.close()
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+            self._private = None
 
     def run(self) -> None:
         """Serve until SIGTERM/SIGINT (in the main thread), then drain and close the store."""
-        sock = self.bind()
+        server, sock = self._launch()
         _LOG.info("memini serving %s", self.url)
-        self._config().run(sockets=[sock])
+        try:
+            server.run(sockets=[sock])
+        finally:
+            self._ended()
 
     def start(self) -> str:
         """Serve from a background thread (tests, notebooks); return the URL. `stop` ends it."""
-        sock = self.bind()
-        server = self._config()
+        server, sock = self._launch()
         self._thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="memini-server", daemon=True
         )
@@ -247,9 +332,7 @@ class Server:
             self._uvicorn.handle_exit(signal.SIGTERM, None)
             self._thread.join()
             self._thread = None
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        self._ended()
 
 
 def _http_protocol(header_timeout: float) -> Any:

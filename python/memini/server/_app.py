@@ -66,6 +66,10 @@ _LOG = logging.getLogger("memini.server")
 _JSON: Final = "application/json"
 _JSON_HEADER: Final = (b"content-type", b"application/json")
 _V1: Final = "/v1/"
+_VECTOR_FORMAT: Final = wire.VECTOR_FORMAT.encode()
+# the HTTP front's decision and its token (`memini.server._auth.Gate.principal`)
+_PRINCIPAL: Final = b"memini-principal"
+_TOKEN: Final = b"memini-front-token"
 # Worker threads for store calls: the AsyncStore default (twice the cores), and at least
 # anyio's default 40 (the pool Starlette used), so that up to 40 concurrent writes share one
 # group commit even on a small machine.
@@ -96,6 +100,17 @@ def _meminierror_answer(exc: MeminiError) -> _Answer:
     cls = type(exc)
     name = cls.__name__ if cls.__name__ in wire.ERRORS else "MeminiError"
     return _error_answer(wire.status_of(exc), name, str(exc))
+
+
+def _principal(service: Service, request: Request) -> Principal:
+    """The caller of a request outside ``/v1`` (`memini.server._auth.Gate.principal`)."""
+    headers = request.headers
+    token, decided = headers.get("memini-front-token"), headers.get("memini-principal")
+    return service.gate.principal(
+        headers.get("authorization"),
+        None if token is None else token.encode("latin-1"),
+        None if decided is None else decided.encode("latin-1"),
+    )
 
 
 def _error(status: int, type_name: str, message: str) -> Response:
@@ -163,9 +178,7 @@ class _McpRoute:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            principal: Principal = self._service.gate.principal(
-                request.headers.get("authorization")
-            )
+            principal: Principal = _principal(self._service, request)
         except MeminiError as e:
             _LOG.warning("refused /mcp with 401: %s", e)
             await _meminierror(e)(scope, receive, send)
@@ -213,11 +226,11 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 _NEW_IDS: Final = {"upsert": "memory", "upsert_many": "memories"}
 
 
-def _args(method: wire.Method, raw: bytes) -> dict[str, Any]:
-    """A call's arguments from its body.
+def _parse(method: wire.Method, raw: bytes) -> Any:
+    """A call's JSON body, a memory without an ``id`` given a new one.
 
     Raises:
-        InvalidArgumentError: Malformed JSON or arguments (nothing reached the store).
+        InvalidArgumentError: Malformed JSON (nothing reached the store).
     """
     try:
         data = wire.loads(raw) if raw else {}
@@ -229,20 +242,36 @@ def _args(method: wire.Method, raw: bytes) -> dict[str, Any]:
         for m in given if isinstance(given, list) else [given]:
             if isinstance(m, dict) and "id" not in m:
                 m["id"] = new_id()
-    return method.decode_args(data)
+    return data
 
 
-def _call_json(service: Service, principal: Principal, method: wire.Method, raw: bytes) -> bytes:
-    """Decode a call's body, serve it, encode its answer (in a worker thread).
+def _args(method: wire.Method, raw: bytes) -> dict[str, Any]:
+    """A call's arguments from its body.
+
+    Raises:
+        InvalidArgumentError: Malformed JSON or arguments (nothing reached the store).
+    """
+    return method.decode_args(_parse(method, raw))
+
+
+def _call_json(
+    service: Service, principal: Principal, method: wire.Method, raw: bytes, base64: bool
+) -> bytes:
+    """Decode a call's body, serve it, encode its answer (in a worker thread); vectors in
+    the answer as base64 when the request asked (``base64``: the `wire.VECTOR_FORMAT`
+    header) or sent its own so (`wire.Method.answers_base64`).
 
     Raises:
         InvalidArgumentError: Malformed JSON or arguments (nothing reached the store).
         MeminiError: What the call raised.
     """
-    args = _args(method, raw)
+    data = _parse(method, raw)
+    args = method.decode_args(data)
     result = service.invoke(principal, method, args)
     if method.name == "upsert":  # the id, which the server may have made
         result = args["memory"].id
+    if method.answers_base64(base64, data):
+        return wire.dumps_base64(result)
     return wire.dumps(result)
 
 
@@ -364,14 +393,25 @@ def create_app(
             return _error_answer(503, "UnavailableError", "the server is shutting down")
         authorization: bytes | None = None
         declared: bytes | None = None
+        base64 = False
+        token: bytes | None = None
+        decided: bytes | None = None
         for key, value in scope["headers"]:
             if key == b"authorization":
                 authorization = value
             elif key == b"content-length":
                 declared = value
+            elif key == _VECTOR_FORMAT:
+                base64 = value.lower() == b"base64"
+            elif key == _PRINCIPAL:
+                decided = value
+            elif key == _TOKEN:
+                token = value
         try:
             principal = service.gate.principal(
-                None if authorization is None else authorization.decode("latin-1")
+                None if authorization is None else authorization.decode("latin-1"),
+                token,
+                decided,
             )
             raw = await _body(receive, declared, max_body, body_timeout)
             t0 = time.perf_counter()
@@ -382,12 +422,12 @@ def create_app(
                 and took.get(name, 0.0) < _INLINE_SECONDS
                 and await _alone()
             ):
-                body = _call_json(service, principal, method, raw)
+                body = _call_json(service, principal, method, raw, base64)
             elif small and (core := in_core.get(name)) is not None:
                 body = await _start_in_core(service, principal, method, raw, core)
             else:
                 # a large batch or a slow call: never on the event loop
-                body = await _in_pool(pool, _call_json, service, principal, method, raw)
+                body = await _in_pool(pool, _call_json, service, principal, method, raw, base64)
             took[name] = time.perf_counter() - t0
             return 200, body
         except MeminiError as e:
@@ -432,11 +472,17 @@ def create_app(
     async def metrics(request: Request) -> Response:
         if metrics_admin_only:
             try:
-                principal = service.gate.principal(request.headers.get("authorization"))
+                principal = _principal(service, request)
             except MeminiError as e:
                 return _meminierror(e)
             if not principal.secret:
                 return _error(403, "AuthError", "/metrics needs the admin secret on this server")
+        if service.front is not None:  # the calls the front answered itself, as if here
+            observed, unobserved = service.front.observed()
+            for route, seconds in observed:
+                observe(route, 200, seconds)
+            for route, n in unobserved:
+                requests.labels(route, "200").inc(n)
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
 
     async def refresh_gauges() -> None:

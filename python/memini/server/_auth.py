@@ -15,6 +15,10 @@
   reach. A 403 message names only the key's own home, never the namespace or data asked for.
 * Secrets are never logged nor echoed; a lookup is cached for ``cache_for`` seconds by the
   secret's hash (a key disabled or deleted through this server is dropped from it at once).
+* Behind the HTTP front (`memini._core.Front`, ``memini serve --front``) the decision is the
+  front's, made once per request from the key snapshot this gate pushes to it on every key
+  change (`attach`, `keys_changed`); the app reads it from the ``memini-principal`` header,
+  believed only beside the front's per-process token (`principal`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import ipaddress
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from memini._served import SERVED, Access
 from memini.errors import AuthError
@@ -91,6 +95,21 @@ def _forbidden(principal: Principal, what: str) -> AuthError:
     return AuthError(f"{what} is outside what this API key may touch: {reach}")
 
 
+class Front(Protocol):
+    """What the gate needs of the HTTP front (`memini._core.Front`)."""
+
+    def set_keys(self, open: bool, keys: list[tuple[str, str, str, str, bool]]) -> None: ...
+
+
+_NO_CREDENTIAL: Final = (
+    "this server requires a credential: send 'Authorization: Bearer <secret>' "
+    "(the admin secret or an API key)"
+)
+_MALFORMED: Final = "malformed Authorization header: use 'Bearer <secret>'"
+_UNKNOWN: Final = "unknown or disabled API key"
+_REFUSED: Final = {"missing": _NO_CREDENTIAL, "malformed": _MALFORMED, "unknown": _UNKNOWN}
+
+
 class Gate:
     """Authentication and the namespace rules of one server."""
 
@@ -104,6 +123,9 @@ class Gate:
         self._cache: dict[str, tuple[float, APIKey | None]] = {}
         self._lock = threading.Lock()
         self._keys_stored = bool(store.list_api_keys())
+        self._front: Front | None = None
+        self._token = b""
+        self._enabled: dict[str, APIKey] = {}  # the front's snapshot, by hash
 
     @property
     def open(self) -> bool:
@@ -114,31 +136,59 @@ class Gate:
         """Forget cached lookups after a key was written or deleted through this server."""
         with self._lock:
             self._cache.clear()
-        self._keys_stored = bool(self._store.list_api_keys())
+        keys = self._store.list_api_keys()
+        self._keys_stored = bool(keys)
+        if self._front is not None:
+            self._enabled = {k.hash: k for k in keys if not k.disabled}
+            rows = [(k.hash, k.name, k.home_ns, k.default_ns, k.disabled) for k in keys]
+            self._front.set_keys(self.open, rows)
 
-    def principal(self, authorization: str | None) -> Principal:
-        """The caller of a request with this ``Authorization`` header.
+    def attach(self, front: Front, token: bytes) -> None:
+        """Let ``front`` decide auth from now on: it gets the key snapshot now and on every
+        key change; requests carrying ``token`` carry its decision (`principal`)."""
+        self._front = front
+        self._token = token
+        self.keys_changed()
+
+    def principal(
+        self, authorization: str | None, token: bytes | None = None, decided: bytes | None = None
+    ) -> Principal:
+        """The caller of a request with this ``Authorization`` header; behind the front, the
+        front's decision (``decided``, the ``memini-principal`` header), believed only with
+        the front's ``token`` (``memini-front-token``).
 
         Raises:
             Unauthenticated: No credential where one is required, a malformed header, or an
-                unknown or disabled secret.
+                unknown or disabled secret; behind the front, a request without its token.
         """
+        if self._front is not None:
+            return self._decided(token, decided)
         if not authorization:
             if self.open:
                 return OPEN
-            raise Unauthenticated(
-                "this server requires a credential: send 'Authorization: Bearer <secret>' "
-                "(the admin secret or an API key)"
-            )
+            raise Unauthenticated(_NO_CREDENTIAL)
         scheme, _, secret = authorization.partition(" ")
         secret = secret.strip()
         if scheme.lower() != "bearer" or not secret:
-            raise Unauthenticated("malformed Authorization header: use 'Bearer <secret>'")
+            raise Unauthenticated(_MALFORMED)
         if self._admin is not None and hmac.compare_digest(secret.encode(), self._admin):
             return ADMIN
         key = self._lookup(secret)
         if key is None:
-            raise Unauthenticated("unknown or disabled API key")
+            raise Unauthenticated(_UNKNOWN)
+        return Principal(key, key.name)
+
+    def _decided(self, token: bytes | None, decided: bytes | None) -> Principal:
+        if token is None or decided is None or not hmac.compare_digest(token, self._token):
+            raise Unauthenticated("this request did not come through the server's front")
+        kind, _, digest = decided.decode("latin-1").partition(" ")
+        if kind == "admin":
+            return ADMIN
+        if kind == "open":
+            return OPEN
+        key = self._enabled.get(digest) if kind == "key" else None
+        if key is None:
+            raise Unauthenticated(_REFUSED.get(kind, _UNKNOWN))
         return Principal(key, key.name)
 
     def _lookup(self, secret: str) -> APIKey | None:

@@ -80,9 +80,19 @@ class _Doc:
     components: dict[str, Any] = field(default_factory=dict)
 
     def vector(self) -> dict[str, Any]:
-        """One vector: exactly ``dims`` float32 values."""
+        """One vector: exactly ``dims`` float32 values, as an array of numbers or as the
+        base64 of their little-endian bytes (`memini._wire`)."""
         num = {"type": "number", "exclusiveMinimum": -_F32_BOUND, "exclusiveMaximum": _F32_BOUND}
-        return {"type": "array", "items": num, "minItems": self.dims, "maxItems": self.dims}
+        array = {"type": "array", "items": num, "minItems": self.dims, "maxItems": self.dims}
+        size = 4 * self.dims  # bytes
+        pad = -size % 3
+        text = {
+            "type": "string",
+            "format": "byte",
+            "description": "base64 of little-endian float32",
+            "pattern": f"^[A-Za-z0-9+/]{{{(size + pad) // 3 * 4 - pad}}}={{{pad}}}$",
+        }
+        return {"oneOf": [array, text]}
 
 
 def _refine(schema: dict[str, Any], rule: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -138,8 +148,8 @@ def _plain_schema(hint: object, doc: _Doc) -> dict[str, Any]:
         return {"type": "number"}
     if hint is datetime:
         return {"type": "string", "format": "date-time"}
-    if origin is np.ndarray or hint is np.ndarray:
-        return {"type": "array", "items": {"type": "number"}}
+    if origin is np.ndarray or hint is np.ndarray:  # get_embedding's answer
+        return doc.vector()
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return {"type": "string", "enum": [m.value for m in hint]}
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from memini import _wire as wire
+from memini._core import Front
 from memini.errors import AuthError, InvalidArgumentError, UnavailableError
 from memini.server._auth import Gate, Principal
 from memini.server._events import EventRecorder
@@ -48,6 +49,7 @@ class Service:
         self.recorder = recorder
         self.backup_dir = None if backup_dir is None else Path(backup_dir).resolve()
         self.draining = False
+        self.front: Front | None = None  # the HTTP front serving this service, if any
         self._inflight = 0
         self._idle = threading.Condition()
 

@@ -1,0 +1,448 @@
+//! The forward pass's arithmetic: a packed matrix product with fused epilogues (bias, GELU,
+//! residual), LayerNorm, attention for one sequence, mean pooling.
+//!
+//! Every kernel is plain Rust over fixed-width arrays, run through `pulp::Arch::dispatch`, which
+//! enters a function compiled for the best instruction set the CPU has (AVX2+FMA on x86-64,
+//! NEON on aarch64) and inlines the kernel there (`WithSimd::with_simd` and everything it
+//! calls are `#[inline(always)]`), so the compiler vectorises it for that set. (A closure
+//! would not do: its body is compiled apart, for the baseline set, where `mul_add` is a
+//! library call.)
+//! Weights are stored as bfloat16 (half the memory traffic of f32, which bounds a short
+//! text's forward pass); every product and sum is accumulated in f32.
+
+#![allow(
+    clippy::inline_always,
+    reason = "the kernels must be inlined into pulp's target-feature function to be vectorised"
+)]
+#![allow(
+    clippy::many_single_char_names,
+    reason = "arithmetic in the notation of its formulas"
+)]
+
+use half::bf16;
+
+/// Outputs per packed panel: two 8-wide f32 vectors (AVX2), four on NEON.
+const NR: usize = 16;
+/// Rows (tokens) sharing one pass over a panel.
+const MR: usize = 4;
+
+/// A linear layer `y = x W^T + b` with `W` (`n x k`, PyTorch's layout) repacked at load into
+/// panels of [`NR`] outputs: panel `p` holds, for each input `i`, the weights of outputs
+/// `p*NR .. p*NR+NR` contiguously, so one pass over the inputs reads the panel front to back.
+pub struct Packed {
+    n: usize,
+    k: usize,
+    w: Vec<bf16>,
+    bias: Vec<f32>,
+}
+
+/// What happens to `x W^T + b` before it is stored.
+#[derive(Clone, Copy)]
+pub enum Epilogue<'a> {
+    /// Stored as is.
+    None,
+    /// GELU (erf form), as BERT's feed-forward.
+    Gelu,
+    /// `residual` (the same shape as the output) added.
+    Residual(&'a [f32]),
+}
+
+impl Packed {
+    /// Packs `weight` (`n x k`, row-major) scaled by `scale`, and `bias` (`n`) scaled likewise.
+    ///
+    /// # Panics
+    /// If the shapes disagree or `n` is not a multiple of 16 (BERT's widths all are).
+    #[must_use]
+    pub fn new(weight: &[f32], bias: &[f32], n: usize, k: usize, scale: f32) -> Self {
+        assert!(weight.len() == n * k && bias.len() == n && n.is_multiple_of(NR));
+        let mut w = Vec::with_capacity(n * k);
+        for p in 0..n / NR {
+            for i in 0..k {
+                for j in 0..NR {
+                    w.push(bf16::from_f32(weight[(p * NR + j) * k + i] * scale));
+                }
+            }
+        }
+        let bias = bias.iter().map(|b| b * scale).collect();
+        Self { n, k, w, bias }
+    }
+
+    /// The products of `parts` (all over the same inputs) as one: their outputs side by side.
+    #[must_use]
+    pub fn concat(parts: &[Self]) -> Self {
+        let k = parts.first().map_or(0, |p| p.k);
+        assert!(parts.iter().all(|p| p.k == k));
+        Self {
+            n: parts.iter().map(|p| p.n).sum(),
+            k,
+            w: parts.iter().flat_map(|p| p.w.iter().copied()).collect(),
+            bias: parts.iter().flat_map(|p| p.bias.iter().copied()).collect(),
+        }
+    }
+
+    /// Output width.
+    #[must_use]
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// `out = epilogue(x W^T + b)` for `x` of `rows x k` and `out` of `rows x n`.
+    pub fn apply(&self, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
+        pulp::Arch::new().dispatch(Apply {
+            w: self,
+            x,
+            out,
+            epilogue,
+        });
+    }
+}
+
+struct Apply<'a> {
+    w: &'a Packed,
+    x: &'a [f32],
+    out: &'a mut [f32],
+    epilogue: Epilogue<'a>,
+}
+
+impl pulp::WithSimd for Apply<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self {
+            w: packed,
+            x,
+            out,
+            epilogue,
+        } = self;
+        packed.apply_inline(x, out, epilogue);
+    }
+}
+
+impl Packed {
+    #[inline(always)]
+    fn apply_inline(&self, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
+        let (n, k) = (self.n, self.k);
+        let rows = x.len() / k;
+        debug_assert_eq!(out.len(), rows * n);
+        for (p, panel) in self.w.chunks_exact(k * NR).enumerate() {
+            let col = p * NR;
+            let bias: &[f32; NR] = self.bias[col..col + NR].try_into().unwrap_or(&[0.0; NR]);
+            let mut r0 = 0;
+            while r0 < rows {
+                let m = (rows - r0).min(MR);
+                let acc = match m {
+                    4 => block::<4>(x, r0, k, panel),
+                    3 => block::<3>(x, r0, k, panel),
+                    2 => block::<2>(x, r0, k, panel),
+                    _ => block::<1>(x, r0, k, panel),
+                };
+                for (r, acc) in acc.iter().enumerate().take(m) {
+                    let at = (r0 + r) * n + col;
+                    let dst: &mut [f32; NR] = (&mut out[at..at + NR])
+                        .try_into()
+                        .unwrap_or_else(|_| unreachable!("an output row holds every panel"));
+                    match epilogue {
+                        Epilogue::None => {
+                            for j in 0..NR {
+                                dst[j] = acc[j] + bias[j];
+                            }
+                        }
+                        Epilogue::Gelu => {
+                            for j in 0..NR {
+                                dst[j] = gelu(acc[j] + bias[j]);
+                            }
+                        }
+                        Epilogue::Residual(res) => {
+                            let res = &res[at..at + NR];
+                            for j in 0..NR {
+                                dst[j] = acc[j] + bias[j] + res[j];
+                            }
+                        }
+                    }
+                }
+                r0 += m;
+            }
+        }
+    }
+}
+
+/// `M` rows of `x` (from `r0`) against one panel: `M x NR` sums. (Rows past `M` are zero.)
+#[inline(always)]
+fn block<const M: usize>(x: &[f32], r0: usize, k: usize, panel: &[bf16]) -> [[f32; NR]; MR] {
+    let mut acc = [[0f32; NR]; MR];
+    let rows: [&[f32]; M] = std::array::from_fn(|r| &x[(r0 + r) * k..(r0 + r + 1) * k]);
+    for (i, w) in panel.chunks_exact(NR).enumerate() {
+        // bfloat16 is the top half of an f32
+        let w: [f32; NR] = std::array::from_fn(|j| f32::from_bits(u32::from(w[j].to_bits()) << 16));
+        for r in 0..M {
+            let xv = rows[r][i];
+            for j in 0..NR {
+                acc[r][j] = xv.mul_add(w[j], acc[r][j]);
+            }
+        }
+    }
+    acc
+}
+
+/// `e^x` for `x <= 0` (the arguments GELU's erf needs), to a few units in the last place:
+/// `2^n * e^r` with `|r| <= ln2/2` and a degree-6 Taylor polynomial.
+#[inline(always)]
+fn exp_neg(x: f32) -> f32 {
+    let x = x.max(-87.0);
+    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
+    let r = n.mul_add(-0.693_145_75, x);
+    let r = n.mul_add(-1.428_606_8e-6, r);
+    let mut p: f32 = 1.0 / 720.0;
+    p = p.mul_add(r, 1.0 / 120.0);
+    p = p.mul_add(r, 1.0 / 24.0);
+    p = p.mul_add(r, 1.0 / 6.0);
+    p = p.mul_add(r, 0.5);
+    p = p.mul_add(r, 1.0);
+    p = p.mul_add(r, 1.0);
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "n is an integer in [-126, 0]"
+    )]
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    p * scale
+}
+
+/// `erf(x)` to within 1.5e-7 (Abramowitz and Stegun 7.1.26), without branches.
+#[inline(always)]
+fn erf(x: f32) -> f32 {
+    let a = x.abs();
+    let t = 1.0 / 0.327_591_1f32.mul_add(a, 1.0);
+    let mut p = 1.061_405_4f32;
+    p = p.mul_add(t, -1.453_152);
+    p = p.mul_add(t, 1.421_413_8);
+    p = p.mul_add(t, -0.284_496_74);
+    p = p.mul_add(t, 0.254_829_6);
+    let y = 1.0 - p * t * exp_neg(-a * a);
+    y.copysign(x)
+}
+
+/// GELU, erf form: `x/2 * (1 + erf(x / sqrt 2))`.
+#[inline(always)]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// The sum of `a[i] * b[i]` over equal-length slices, in 8 partial sums.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for j in 0..8 {
+            acc[j] = x[j].mul_add(y[j], acc[j]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// The sum of `a`, in 8 partial sums.
+#[inline(always)]
+fn sum(a: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let a8 = a.chunks_exact(8);
+    let tail: f32 = a8.remainder().iter().sum();
+    for x in a8 {
+        for j in 0..8 {
+            acc[j] += x[j];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// LayerNorm of every `gamma.len()`-wide row of `x`, in place.
+pub fn layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
+    pulp::Arch::new().dispatch(LayerNorm {
+        x,
+        gamma,
+        beta,
+        eps,
+    });
+}
+
+struct LayerNorm<'a> {
+    x: &'a mut [f32],
+    gamma: &'a [f32],
+    beta: &'a [f32],
+    eps: f32,
+}
+
+impl pulp::WithSimd for LayerNorm<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self {
+            x,
+            gamma,
+            beta,
+            eps,
+        } = self;
+        let width = gamma.len();
+        #[allow(clippy::cast_precision_loss, reason = "a hidden width is small")]
+        let inv = 1.0 / width as f32;
+        for row in x.chunks_exact_mut(width) {
+            let mean = sum(row) * inv;
+            for v in row.iter_mut() {
+                *v -= mean;
+            }
+            let var = dot(row, row) * inv;
+            let scale = 1.0 / (var + eps).sqrt();
+            for ((v, g), b) in row.iter_mut().zip(gamma).zip(beta) {
+                *v = (*v * scale).mul_add(*g, *b);
+            }
+        }
+    }
+}
+
+/// Multi-head self-attention of one sequence: `qkv` is `len x 3*width` (queries, already
+/// scaled by 1/sqrt(head width), then keys, then values), `out` is `len x width`. Every
+/// position of the sequence is a real token (sequences are never padded).
+pub fn attention(qkv: &[f32], out: &mut [f32], width: usize, heads: usize) {
+    pulp::Arch::new().dispatch(Attention {
+        qkv,
+        out,
+        width,
+        heads,
+    });
+}
+
+struct Attention<'a> {
+    qkv: &'a [f32],
+    out: &'a mut [f32],
+    width: usize,
+    heads: usize,
+}
+
+impl pulp::WithSimd for Attention<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self {
+            qkv,
+            out,
+            width,
+            heads,
+        } = self;
+        let hw = width / heads;
+        let len = out.len() / width;
+        let mut scores = vec![0f32; len];
+        out.fill(0.0);
+        for h in 0..heads {
+            let at = |t: usize, part: usize| {
+                let s = t * 3 * width + part * width + h * hw;
+                &qkv[s..s + hw]
+            };
+            for i in 0..len {
+                let q = at(i, 0);
+                let mut max = f32::NEG_INFINITY;
+                for (j, s) in scores.iter_mut().enumerate() {
+                    *s = dot(q, at(j, 1));
+                    max = max.max(*s);
+                }
+                let mut total = 0.0;
+                for s in &mut scores {
+                    *s = (*s - max).exp();
+                    total += *s;
+                }
+                let o = &mut out[i * width + h * hw..i * width + (h + 1) * hw];
+                for (j, s) in scores.iter().enumerate() {
+                    let p = s / total;
+                    for (o, v) in o.iter_mut().zip(at(j, 2)) {
+                        *o = p.mul_add(*v, *o);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The unit-length mean of the `width`-wide rows of `x`, into `out`.
+pub fn mean_pool_normalised(x: &[f32], out: &mut [f32]) {
+    let width = out.len();
+    out.fill(0.0);
+    for row in x.chunks_exact(width) {
+        for (o, v) in out.iter_mut().zip(row) {
+            *o += v;
+        }
+    }
+    // the mean's scale cancels in the normalisation
+    let norm = out.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+    for o in out.iter_mut() {
+        *o /= norm;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_and_exp_are_accurate() {
+        for i in -800..=800 {
+            let x = f64::from(i) / 100.0;
+            #[allow(clippy::cast_possible_truncation, reason = "test values")]
+            let xf = x as f32;
+            let exp = f64::from(exp_neg(-xf.abs()));
+            let want = (-x.abs()).exp();
+            assert!(
+                (exp - want).abs() <= 1e-6 * want,
+                "exp({x}) = {exp}, want {want}"
+            );
+            // erf(x) via the identity with the complementary series is not in std: compare
+            // against a 60-term Taylor series (exact enough for |x| <= 3)
+            if x.abs() <= 3.0 {
+                let mut term = x;
+                let mut s = x;
+                for n in 1..60 {
+                    term *= -x * x / f64::from(n);
+                    s += term / f64::from(2 * n + 1);
+                }
+                let want = s * 2.0 / std::f64::consts::PI.sqrt();
+                let got = f64::from(erf(xf));
+                assert!((got - want).abs() < 1e-6, "erf({x}) = {got}, want {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn packed_product_matches_the_plain_one() {
+        let (n, k, rows) = (32, 24, 7);
+        #[allow(clippy::cast_precision_loss, reason = "test values")]
+        let weight: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+            .collect();
+        #[allow(clippy::cast_precision_loss, reason = "test values")]
+        let bias: Vec<f32> = (0..n).map(|i| i as f32 / 4.0).collect();
+        #[allow(clippy::cast_precision_loss, reason = "test values")]
+        let x: Vec<f32> = (0..rows * k)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0)
+            .collect();
+        let packed = Packed::new(&weight, &bias, n, k, 1.0);
+        let mut out = vec![0f32; rows * n];
+        packed.apply(&x, &mut out, Epilogue::None);
+        for r in 0..rows {
+            for o in 0..n {
+                let want: f32 = (0..k)
+                    .map(|i| x[r * k + i] * weight[o * k + i])
+                    .sum::<f32>()
+                    + bias[o];
+                // the weights are multiples of 1/8: exact in bfloat16
+                assert!((out[r * n + o] - want).abs() < 1e-4, "{r} {o}");
+            }
+        }
+    }
+}
