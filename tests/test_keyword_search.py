@@ -172,6 +172,27 @@ def test_word_frequencies_are_those_of_the_namespace_searched(store: Store) -> N
         store.upsert_many([mem(f"p{i}", f"no carol here {i}", ns="other") for i in range(40)])
 
 
+def test_word_weights_follow_the_writes_to_the_namespace(store: Store) -> None:
+    """A word that becomes common in a namespace weighs less at the next search there, and
+    weighs as before once those rows are deleted (the PostgreSQL backend caches document
+    frequencies: it counts a namespace again once this store has written more than a
+    sixteenth of its rows since)."""
+    store.upsert_many([mem("k", "kettle stove"), mem("t", "teapot handle")])
+    store.upsert_many([mem(f"f{i}", f"filler row {i}") for i in range(14)])
+
+    def scores() -> dict[str, float]:
+        return {h.memory.id: h.score for h in store.keyword_search(NS, "kettle teapot", k=5)}
+
+    before = scores()
+    assert before["k"] == pytest.approx(before["t"])
+    store.upsert_many([mem(f"x{i}", f"copper kettle {i}") for i in range(10)])
+    common = scores()
+    assert common["t"] > common["k"], common
+    for i in range(10):
+        store.delete(NS, f"x{i}")
+    assert scores() == pytest.approx(before)
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 9])
 def test_top_k_are_the_best_scores(store: Store, k: int) -> None:
     # 1..9 occurrences of "apple" in documents of equal length: scores strictly increase with i

@@ -22,14 +22,16 @@ iterative scans) or scans the matching rows exactly, whichever the planner stati
 is cheaper, and falls back to the exact scan in the same statement when the walk finds
 fewer than ``k`` rows, so it returns exactly ``min(k, matching rows with a vector)``. Scores
 are recomputed in f64 from the stored float32 vectors, as in the embedded store. Keyword
-search: PostgreSQL full-text search (``english`` configuration, ``ts_rank``), see
-`PgEngine.keyword_search` for how it differs from the embedded BM25.
+search: PostgreSQL full-text search (``english`` configuration, ``ts_rank`` times each
+word's idf in the namespaces searched), see `PgEngine.keyword_search` for how it differs
+from the embedded BM25.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
@@ -55,6 +57,7 @@ from memini.postgres import _meta
 from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, upsert
 from memini.postgres._coherence import Coherence
 from memini.postgres._filter import LIVE_AT, order_by, where
+from memini.postgres._frequencies import Frequencies
 from memini.postgres._pool import DEFAULT_EF_SEARCH, Conn, Pool, translate, use_ef_search
 from memini.postgres._rows import SELECT, query_words, to_memory, write_values
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
@@ -131,6 +134,7 @@ class PgEngine:
         self._breadth = DEFAULT_EF_SEARCH
         self._sizes = Sizes()
         self._coherence = Coherence()
+        self._frequencies = Frequencies()
 
     @property
     def dims(self) -> int:
@@ -168,9 +172,13 @@ class PgEngine:
             stamped.append(r)
         if len(stamped) == 1:  # one statement: its own transaction
             with self._p.read() as conn:
-                return upsert(conn, stamped)
-        with self._p.tx() as conn:
-            return upsert(conn, stamped)
+                done = upsert(conn, stamped)
+        else:
+            with self._p.tx() as conn:
+                done = upsert(conn, stamped)
+        for ns, n in Counter(r["namespace"] for r in stamped).items():
+            self._frequencies.wrote(ns, n)
+        return done
 
     @contextlib.contextmanager
     def bulk_load(self) -> Iterator[bool]:
@@ -189,6 +197,7 @@ class PgEngine:
         finally:
             self._sizes.forget()
             self._coherence.forget()
+            self._frequencies.forget()
 
     def _load(self, conn: Conn, ns: str, id: str) -> tuple[dict[str, Any], Any]:
         """The row as a core row dict (plus its embedding), locked for update."""
@@ -222,6 +231,7 @@ class PgEngine:
             conn.execute(UPSERT, write_values(row))
             r = conn.execute(f"SELECT {SELECT} FROM memories WHERE id = %s", (id,)).fetchone()
         assert r is not None
+        self._frequencies.wrote(namespace, 1)
         return to_memory(r)
 
     def delete(self, namespace: str, id: str) -> Memory:
@@ -232,6 +242,7 @@ class PgEngine:
             ).fetchone()
         if r is None:
             raise _not_found(namespace, id)
+        self._frequencies.wrote(namespace, 1)
         return to_memory(r)
 
     def _modify(self, sql: str, params: dict[str, Any], ns: str, id: str) -> None:
@@ -329,6 +340,7 @@ class PgEngine:
                 f"memory not found: id {id!r} in namespace {namespace!r} does not expire by "
                 "the cutoff"
             )
+        self._frequencies.wrote(namespace, 1)
         return to_memory(r)
 
     def sweep_expired(self, now: int, limit: int) -> list[str]:
@@ -349,6 +361,7 @@ class PgEngine:
             rows = conn.execute(
                 "DELETE FROM memories WHERE namespace = %s RETURNING tier", (namespace,)
             ).fetchall()
+        self._frequencies.forget(namespace)
         return [r[0] for r in rows]
 
     def reassign(self, from_ns: str, ids: list[str], to_ns: str) -> int:
@@ -356,10 +369,13 @@ class PgEngine:
         if from_ns == to_ns or not ids:
             return 0
         with self._p.read() as conn:
-            return conn.execute(
+            moved = conn.execute(
                 "UPDATE memories SET namespace = %s WHERE namespace = %s AND id = ANY(%s)",
                 (to_ns, from_ns, list(ids)),
             ).rowcount
+        self._frequencies.wrote(from_ns, moved)
+        self._frequencies.wrote(to_ns, moved)
+        return moved
 
     def setting(self, key: str) -> str | None:
         with self._p.read() as conn:
@@ -613,17 +629,26 @@ class PgEngine:
         accent-folded) OR-ed, English stemming and stopwords (the ``english``
         configuration), ranked by the sum of each word's ``ts_rank`` (its weight in the row,
         no length normalisation) times its inverse document frequency in the namespace
-        (BM25's idf; see `memini.postgres._search`)."""
+        (BM25's idf, from cached counts: `memini.postgres._frequencies`)."""
         words = query_words(query)
         if not words:
             return []
         with self._p.read() as conn:
-            params = keyword_params(words, [namespace], self._sizes.rows(conn, [namespace]))
+            weights = self._weights(conn, [namespace], words)
+            params = keyword_params(words, weights)
             params["ns"] = namespace
-            sql = keyword_sql(where(filter, params), k)
+            sql = keyword_sql(where(filter, params), k, len(weights))
             rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
         rows.sort(key=lambda r: (-r[-1], r[0]))
         return [Scored(to_memory(r), float(r[-1])) for r in rows]
+
+    def _weights(
+        self, conn: Conn, namespaces: builtins.list[str], words: builtins.list[str]
+    ) -> builtins.list[tuple[str, float]]:
+        """The query words that weigh and their idf over ``namespaces``."""
+        return self._frequencies.weights(
+            conn, namespaces, words, lambda ns: self._sizes.rows(conn, [ns])
+        )
 
     def recall(
         self,
@@ -644,9 +669,9 @@ class PgEngine:
         statement (one snapshot), the core's fusion rule (`memini._core.fuse`, the one the
         embedded recall runs, with each namespace's coherence measured as there:
         `memini.postgres._coherence`), then the full rows of the final ``k`` in a second
-        statement. ``keyword_half`` is a BM25 score and ``ts_rank`` is not one (it has no document
-        frequencies, so its best score never says the words matched are in every row): the
-        keyword leg keeps its full weight here.
+        statement. ``keyword_half`` is a BM25 score and the keyword leg's rank is not one
+        (``ts_rank`` times idf, on another scale): the keyword leg keeps its full weight
+        here.
         A final row deleted between the two makes the recall run again (up to
         `_RECALL_ATTEMPTS` times; then it is left out)."""
         seen: set[str] = set()
@@ -721,10 +746,10 @@ class PgEngine:
         # neighbour context weighs each namespace by its coherence: measured only when used,
         # and the neighbours are not read at all when no namespace searched has any
         coherence = [0.0] * (max((i for i, _, _ in uniq), default=0) + 1)
-        keyword = None
+        keyword, weights = None, []
         if words:
-            searched = [ns for _, ns, _ in uniq]
-            keyword = keyword_params(words, searched, self._sizes.rows(conn, searched))
+            weights = self._weights(conn, [ns for _, ns, _ in uniq], words)
+            keyword = keyword_params(words, weights)
         neighbours = context > 0 and vector is not None and keyword is not None
         if neighbours:
             for i, ns, _ in uniq:
@@ -737,6 +762,7 @@ class PgEngine:
             [(ns, tiers) for _, ns, tiers in uniq],
             graph,
             keyword,
+            len(weights),
             pool,
             neighbours,
         )

@@ -16,11 +16,9 @@ plans, relaxed iterative scans), built per filter shape with ``k`` written into 
   ``min(k, matching rows with a vector)``.
 - **keyword**: full-text match through the GIN index on ``words``, ranked by the sum over
   the query's words of ``ts_rank`` (the word's weight in the row) times the word's inverse
-  document frequency in the namespaces searched (BM25's ``ln(1 + (N - df + 0.5) / (df +
-  0.5))``): a word in nearly every row there (a user's name in their own facts) weighs
-  nearly nothing. The document frequencies are counted in the statement through the GIN
-  index; ``N`` is counted there too up to `COUNT_UP_TO` rows, above which the planner
-  statistics' estimate stands in (`Sizes.rows`).
+  document frequency in the namespaces searched (`memini.postgres._frequencies`: cached
+  counts, passed as parameters): a word in nearly every row there (a user's name in their
+  own facts) weighs nearly nothing.
 - **recall**: both legs of every source namespace and the candidates' timeline neighbours in
   one statement, returning only what the fusion needs (the candidates' standing columns and
   the vector leg's vectors); a second statement reads the full rows of the final ``k``.
@@ -50,10 +48,10 @@ if TYPE_CHECKING:
     from memini.postgres._pool import Conn
 
 __all__ = [
-    "COUNT_UP_TO",
     "MAX_EF_SEARCH",
     "REFRESH_SECONDS",
     "STANDING",
+    "TS_CONFIG",
     "Sizes",
     "keyword_params",
     "keyword_sql",
@@ -61,9 +59,6 @@ __all__ = [
     "vector_sql",
 ]
 
-COUNT_UP_TO: Final = 4096
-"""A keyword search counts the rows of the namespaces it searches up to this many (its
-idf's ``N``); more, and the planner statistics' estimate stands in."""
 MAX_EF_SEARCH: Final = 1000
 """pgvector's largest ``hnsw.ef_search``."""
 REFRESH_SECONDS: Final = 60.0
@@ -72,14 +67,13 @@ REFRESH_SECONDS: Final = 60.0
 # time (measured with benches/bench_postgres.py: an unfiltered walk at ef_search 64 costs
 # what an exact scan of ~800 rows does)
 _WALK_COST: Final = 12.0
-_TS_CONFIG: Final = "english"
-_FTS: Final = f"to_tsquery('{_TS_CONFIG}', %(tsq)s)"
+TS_CONFIG: Final = "english"
+"""The text search configuration of the keyword index and its queries."""
 # a query of stopwords alone (empty in the english configuration) searches its words as
 # they are, unindexed (as the embedded store keeps them when nothing else is left)
 _PLAIN_DOC: Final = (
     "to_tsvector('simple', content || ' ' || summary || ' ' || array_to_string(tags, ' '))"
 )
-_PLAIN_Q: Final = "to_tsquery('simple', %(tsq)s)"
 
 STANDING: Final = (
     "id",
@@ -153,61 +147,52 @@ def vector_sql(metric: str, dims: int, cond: str, k: int) -> str:
     return f"WITH {ctes} {rows}"
 
 
-# each word of the keyword query (`keyword_params`) with its inverse document frequency in
-# the namespaces searched: N counted up to COUNT_UP_TO rows (else the estimate), df through
-# the GIN index; a stopword (an empty query in the english configuration) has none
-_IDF: Final = (
-    "kwidf AS MATERIALIZED (SELECT t.q, ln(1 + (greatest(n.n, c.df) - c.df + 0.5) "
-    "/ (c.df + 0.5)) AS idf "
-    f"FROM (SELECT DISTINCT to_tsquery('{_TS_CONFIG}', w) AS q "
-    "FROM unnest(%(kw_words)s::text[]) w) t, "
-    f"(SELECT CASE WHEN c < {COUNT_UP_TO} THEN c ELSE greatest(c, %(kw_rows)s) END AS n "
-    "FROM (SELECT count(*)::float8 AS c FROM (SELECT FROM memories "
-    f"WHERE namespace = ANY(%(kw_ns)s::text[]) LIMIT {COUNT_UP_TO}) x) y) n, "
-    "LATERAL (SELECT count(*)::float8 AS df FROM memories "
-    "WHERE namespace = ANY(%(kw_ns)s::text[]) AND words @@ t.q) c "
-    "WHERE numnode(t.q) > 0)"
-)
-
-
-def keyword_params(words: Sequence[str], namespaces: Sequence[str], rows: float) -> dict[str, Any]:
+def keyword_params(words: Sequence[str], weights: Sequence[tuple[str, float]]) -> dict[str, Any]:
     """The keyword leg's parameters: the query's ``words`` (`memini.postgres._rows.
-    query_words`) OR-ed and one by one, the ``namespaces`` searched (their idf) and their
-    estimated row count (`Sizes.rows`)."""
-    return {
-        "tsq": " | ".join(words),
-        "kw_words": list(words),
-        "kw_ns": list(namespaces),
-        "kw_rows": rows,
-    }
+    query_words`) OR-ed, and those that weigh one by one with their weights
+    (`memini.postgres._frequencies.Frequencies.weights`)."""
+    params: dict[str, Any] = {"tsq": " | ".join(words)}
+    for j, (word, idf) in enumerate(weights):
+        params[f"kw{j}"], params[f"ki{j}"] = word, idf
+    return params
 
 
-def _keyword_ranked(cond: str, k: int, cols: str = "ctid AS t") -> str:
+def _keyword_ranked(cond: str, k: int, terms: int, cols: str = "ctid AS t") -> str:
     """The keyword leg over ``cond`` (namespace included): ``cols`` and the rank of the best
-    ``k`` rows, by the ``kwidf`` CTE (`_IDF`). The query is parsed once, in ``FROM``; the
-    rows come from the GIN index on ``words`` (``cond`` is opaque, see `_opaque`: written
-    plainly, the generic plan of a large namespace read the whole namespace through its
-    btree index instead). A query of stopwords alone searches its words as they are,
-    unindexed, ranked by ``ts_rank`` alone, as the embedded store keeps them when nothing
-    else is left."""
+    ``k`` rows, each of the ``terms`` words' ``ts_rank`` times its weight (`keyword_params`).
+
+    The queries are parsed once, in ``FROM``; the rows come from the GIN index on ``words``
+    (``cond`` is opaque, see `_opaque`: written plainly, the generic plan of a large
+    namespace read the whole namespace through its btree index instead). Each row's
+    ``words`` is read once, into ``d`` (a copy, kept from the planner by ``OFFSET 0``):
+    long rows keep it out of line, and each word's ``ts_rank`` read it from there again
+    (7% of the statement's time at two words). A query of stopwords alone (no word weighs,
+    ``terms`` 0) searches its words as they are, unindexed, ranked by ``ts_rank`` alone, as
+    the embedded store keeps them when nothing else is left."""
+    if terms == 0:
+        return (
+            f"SELECT {cols}, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, "
+            f"to_tsquery('simple', %(tsq)s) q WHERE {_PLAIN_DOC} @@ q AND {cond} "
+            f"ORDER BY rank DESC, id LIMIT {k}"
+        )
+    queries = "".join(f", to_tsquery('{TS_CONFIG}', %(kw{j})s) q{j}" for j in range(terms))
+    rank = " + ".join(f"ts_rank(d, q{j}) * %(ki{j})s" for j in range(terms))
+    names = ", ".join(c.rsplit(" ", 1)[-1] for c in cols.split(", "))
     return (
-        f"(SELECT {cols}, (SELECT sum(d.idf * ts_rank(words, d.q)) FROM kwidf d)::float8 "
-        f"AS rank FROM memories, {_FTS} q "
-        f"WHERE numnode({_FTS}) > 0 AND words @@ q AND {_opaque(cond)} "
-        f"ORDER BY rank DESC, id LIMIT {k}) UNION ALL "
-        f"(SELECT {cols}, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, {_PLAIN_Q} q "
-        f"WHERE numnode({_FTS}) = 0 AND {_PLAIN_DOC} @@ q AND {cond} "
-        f"ORDER BY rank DESC, id LIMIT {k})"
+        f"SELECT {names}, ({rank})::float8 AS rank FROM (SELECT {cols}, id AS o, "
+        f"setweight(words, 'D') AS d{''.join(f', q{j}' for j in range(terms))} "
+        f"FROM memories, to_tsquery('{TS_CONFIG}', %(tsq)s) q{queries} "
+        f"WHERE words @@ q AND {_opaque(cond)} OFFSET 0) x ORDER BY rank DESC, o LIMIT {k}"
     )
 
 
-def keyword_sql(cond: str, k: int) -> str:
-    """The keyword search of one namespace (``%(ns)s``, `keyword_params`, the filter's
-    parameters): rows of ``SELECT`` plus the rank, in no order (best first is by rank
-    descending, then id)."""
+def keyword_sql(cond: str, k: int, terms: int) -> str:
+    """The keyword search of one namespace (``%(ns)s``, `keyword_params` of ``terms``
+    weighing words, the filter's parameters): rows of ``SELECT`` plus the rank, in no order
+    (best first is by rank descending, then id)."""
     return (
-        f"WITH {_IDF} SELECT {', '.join(f'm.{c}' for c in COLUMNS)}, x.rank FROM "
-        f"({_keyword_ranked(f'namespace = %(ns)s AND {cond}', k)}) x "
+        f"SELECT {', '.join(f'm.{c}' for c in COLUMNS)}, x.rank FROM "
+        f"({_keyword_ranked(f'namespace = %(ns)s AND {cond}', k, terms)}) x "
         "JOIN memories m ON m.ctid = x.t"
     )
 
@@ -219,6 +204,7 @@ def recall_sql(
     sources: Sequence[tuple[str, list[str] | None]],
     graph: Sequence[bool] | None,
     keyword: dict[str, Any] | None,
+    terms: int,
     pool: int,
     context: bool,
 ) -> tuple[str, dict[str, Any]]:
@@ -231,6 +217,7 @@ def recall_sql(
         sources: (namespace, the tiers it may contribute or None for all), each namespace once.
         graph: Per source, whether its vector leg walks the graph; None: no vector leg.
         keyword: The keyword leg's `keyword_params`; None: no keyword leg.
+        terms: The keyword leg's weighing words.
         pool: Candidates per leg and source.
         context: Whether to add each candidate's timeline neighbours.
 
@@ -243,7 +230,7 @@ def recall_sql(
     """
     params: dict[str, Any] = {}
     cond = where(spec, params)
-    ctes: list[str] = [] if keyword is None else [_IDF]
+    ctes: list[str] = []
     legs: list[str] = []
     for i, (ns, tiers) in enumerate(sources):
         params[f"ns{i}"] = ns
@@ -269,7 +256,7 @@ def recall_sql(
                 f"FROM ({rows}) v{i}(x, {_CANDIDATE}, embedding)"
             )
         if keyword is not None:
-            ranked = _keyword_ranked(scond, pool, _CANDIDATE)
+            ranked = _keyword_ranked(scond, pool, terms, _CANDIDATE)
             ctes.append(f"k{i} AS MATERIALIZED ({ranked})")
             legs.append(
                 f"SELECT 'k' AS leg, {i} AS src, {_CANDIDATE}, NULL::vector AS embedding, "
