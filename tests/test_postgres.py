@@ -179,6 +179,30 @@ def test_two_stores_open_at_once_see_each_other(pg_url: str) -> None:
         assert b.vector_search("n", [1, 0, 0, 0])[0].score == pytest.approx(1.0)
 
 
+def test_keyword_weights_follow_another_stores_writes_after_the_refresh(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another store's writes match at once (which rows match is never cached) and move the
+    words' weights once this store's counts are older than REFRESH_SECONDS."""
+    from memini.postgres import _frequencies
+
+    def mems(*rows: tuple[str, str]) -> list[Memory]:
+        return [Memory(id=i, namespace="n", content=c) for i, c in rows]
+
+    with Store.open(pg_url, dims=4) as a, Store.open(pg_url) as b:
+        a.upsert_many(mems(("k", "kettle stove"), ("t", "teapot handle")))
+        a.upsert_many(mems(*((f"f{i}", f"filler row {i}") for i in range(14))))
+
+        def ranked() -> list[str]:
+            return [h.memory.id for h in b.keyword_search("n", "kettle teapot", k=20)]
+
+        assert ranked() == ["k", "t"]  # one weight each: a tie, by id
+        a.upsert_many(mems(*((f"x{i}", f"copper kettle {i}") for i in range(10))))
+        assert set(ranked()) == {"k", "t", *(f"x{i}" for i in range(10))}
+        monkeypatch.setattr(_frequencies, "REFRESH_SECONDS", 0.0)
+        assert ranked()[0] == "t"  # kettle is in 11 rows of 26 now
+
+
 def test_linked_recall_sees_links_another_store_writes(pg_url: str) -> None:
     with Store.open(pg_url, dims=4, metric="cos") as a, Store.open(pg_url) as b:
         a.upsert_many(

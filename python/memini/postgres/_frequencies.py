@@ -12,11 +12,14 @@ them (a stopword has no lexeme and no weight; two words with one stem count once
 Counting in every search cost half of its speed (a bitmap heap scan per word), so a search
 counts only what is not cached, in one statement before its own: ``N`` up to `COUNT_UP_TO`
 rows (above, the planner statistics' estimate, `memini.postgres._search.Sizes.rows`) and
-each missing word's ``df`` through the GIN index. A namespace's counts are dropped once this
+each missing word's ``df`` (through the GIN index; in a small namespace, its own index). A
+namespace's counts are dropped once this
 store has written more than a sixteenth of its rows since they were counted (`wrote`; any
 write to a namespace of fewer than 16 rows) and after `memini.postgres._search.
-REFRESH_SECONDS` (other processes' writes). Stale counts only reorder the matches: which
-rows match is the statement's, never the cache's.
+REFRESH_SECONDS` (other processes' writes): then ``N`` and the query's words are counted
+again, and the other words' counts kept unless ``N`` has moved by more than a sixteenth.
+Stale counts only reorder the matches: which rows match is the statement's, never the
+cache's.
 """
 
 from __future__ import annotations
@@ -133,7 +136,18 @@ class Frequencies:
             with self._lock:
                 if sum(len(c.words) for c in self._cache.values()) > _MAX_WORDS:
                     self._cache.clear()
-                self._cache.update(fresh)
+                for ns, c in fresh.items():
+                    old = cached[ns]
+                    # aged out: the other words' counts still hold while N has moved less
+                    # than a sixteenth
+                    if (
+                        old is not None
+                        and self._cache.get(ns) is old
+                        and abs(c.rows - old.rows) <= old.rows // 16
+                    ):
+                        c.words = {**old.words, **c.words}
+                        c.written = old.written
+                    self._cache[ns] = c
         total = sum(c.rows for c in got.values())
         out: dict[str, tuple[str, float]] = {}
         for w in words:

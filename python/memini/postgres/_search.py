@@ -157,7 +157,7 @@ def keyword_params(words: Sequence[str], weights: Sequence[tuple[str, float]]) -
     return params
 
 
-def _keyword_ranked(cond: str, k: int, terms: int, cols: str = "ctid AS t") -> str:
+def _keyword_ranked(cond: str, k: int, terms: int, cols: Sequence[str]) -> str:
     """The keyword leg over ``cond`` (namespace included): ``cols`` and the rank of the best
     ``k`` rows, each of the ``terms`` words' ``ts_rank`` times its weight (`keyword_params`).
 
@@ -166,23 +166,28 @@ def _keyword_ranked(cond: str, k: int, terms: int, cols: str = "ctid AS t") -> s
     namespace read the whole namespace through its btree index instead). Each row's
     ``words`` is read once, into ``d`` (a copy, kept from the planner by ``OFFSET 0``):
     long rows keep it out of line, and each word's ``ts_rank`` read it from there again
-    (7% of the statement's time at two words). A query of stopwords alone (no word weighs,
+    (7% of the statement's time at two words). The ``cols`` are read for the best ``k``
+    alone, by their ``ctid``. A query of stopwords alone (no word weighs,
     ``terms`` 0) searches its words as they are, unindexed, ranked by ``ts_rank`` alone, as
     the embedded store keeps them when nothing else is left."""
     if terms == 0:
-        return (
-            f"SELECT {cols}, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, "
+        ranked = (
+            f"SELECT ctid AS t, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, "
             f"to_tsquery('simple', %(tsq)s) q WHERE {_PLAIN_DOC} @@ q AND {cond} "
             f"ORDER BY rank DESC, id LIMIT {k}"
         )
-    queries = "".join(f", to_tsquery('{TS_CONFIG}', %(kw{j})s) q{j}" for j in range(terms))
-    rank = " + ".join(f"ts_rank(d, q{j}) * %(ki{j})s" for j in range(terms))
-    names = ", ".join(c.rsplit(" ", 1)[-1] for c in cols.split(", "))
+    else:
+        queries = "".join(f", to_tsquery('{TS_CONFIG}', %(kw{j})s) q{j}" for j in range(terms))
+        rank = " + ".join(f"ts_rank(d, q{j}) * %(ki{j})s" for j in range(terms))
+        ranked = (
+            f"SELECT t, ({rank})::float8 AS rank FROM (SELECT ctid AS t, id AS o, "
+            f"setweight(words, 'D') AS d{''.join(f', q{j}' for j in range(terms))} "
+            f"FROM memories, to_tsquery('{TS_CONFIG}', %(tsq)s) q{queries} "
+            f"WHERE words @@ q AND {_opaque(cond)} OFFSET 0) x ORDER BY rank DESC, o LIMIT {k}"
+        )
     return (
-        f"SELECT {names}, ({rank})::float8 AS rank FROM (SELECT {cols}, id AS o, "
-        f"setweight(words, 'D') AS d{''.join(f', q{j}' for j in range(terms))} "
-        f"FROM memories, to_tsquery('{TS_CONFIG}', %(tsq)s) q{queries} "
-        f"WHERE words @@ q AND {_opaque(cond)} OFFSET 0) x ORDER BY rank DESC, o LIMIT {k}"
+        f"SELECT {', '.join(f'm.{c}' for c in cols)}, x.rank FROM ({ranked}) x "
+        "JOIN memories m ON m.ctid = x.t"
     )
 
 
@@ -190,11 +195,7 @@ def keyword_sql(cond: str, k: int, terms: int) -> str:
     """The keyword search of one namespace (``%(ns)s``, `keyword_params` of ``terms``
     weighing words, the filter's parameters): rows of ``SELECT`` plus the rank, in no order
     (best first is by rank descending, then id)."""
-    return (
-        f"SELECT {', '.join(f'm.{c}' for c in COLUMNS)}, x.rank FROM "
-        f"({_keyword_ranked(f'namespace = %(ns)s AND {cond}', k, terms)}) x "
-        "JOIN memories m ON m.ctid = x.t"
-    )
+    return _keyword_ranked(f"namespace = %(ns)s AND {cond}", k, terms, COLUMNS)
 
 
 def recall_sql(
@@ -256,7 +257,7 @@ def recall_sql(
                 f"FROM ({rows}) v{i}(x, {_CANDIDATE}, embedding)"
             )
         if keyword is not None:
-            ranked = _keyword_ranked(scond, pool, terms, _CANDIDATE)
+            ranked = _keyword_ranked(scond, pool, terms, (*STANDING, *_PLACE))
             ctes.append(f"k{i} AS MATERIALIZED ({ranked})")
             legs.append(
                 f"SELECT 'k' AS leg, {i} AS src, {_CANDIDATE}, NULL::vector AS embedding, "
