@@ -34,6 +34,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import numpy as np
@@ -646,9 +647,7 @@ class PgEngine:
         self, conn: Conn, namespaces: builtins.list[str], words: builtins.list[str]
     ) -> builtins.list[tuple[str, float]]:
         """The query words that weigh and their idf over ``namespaces``."""
-        return self._frequencies.weights(
-            conn, namespaces, words, lambda ns: self._sizes.rows(conn, [ns])
-        )
+        return self._frequencies.weights(conn, namespaces, words, partial(self._sizes.rows, conn))
 
     def recall(
         self,
