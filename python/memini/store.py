@@ -1037,7 +1037,9 @@ class Store:
         other word; a query with no word of >= 2 letters/digits returns ``[]``. BM25
         statistics (document count, each word's document frequency) are the namespace's: a
         word in nearly every row of it (a user's name in their own facts) weighs nearly
-        nothing there, and no other tenant's rows move its scores. (Dropping stopwords:
+        nothing there, and no other tenant's rows move the words' weights (the average row
+        length, which scales a row's term frequencies, is the whole index's; the PostgreSQL
+        backend ranks by ``ts_rank`` times these weights, see the README). (Dropping stopwords:
         keyword-only R@10 on LoCoMo 0.668 -> 0.699, MRR 0.462 -> 0.490; see `recall`.)
         """
         return self._engine.keyword_search(*self._keyword_search_args(namespace, query, filter, k))
