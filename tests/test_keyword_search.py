@@ -143,6 +143,29 @@ def test_bm25_ranks_by_term_frequency_and_rarity(store: Store) -> None:
     assert_well_formed(hits)
 
 
+@pytest.mark.local_only
+def test_a_rows_length_never_changes_its_keyword_score(store: Store) -> None:
+    """No length normalisation (BM25 with b = 0): a longer row matching the same words scores
+    as the shorter one, and no other row's length (another tenant's long rows) moves a score.
+    With tantivy's b = 0.75 the short row scored 0.58 and the long 0.36, and the tenant's
+    rows moved both."""
+    store.upsert_many(
+        [
+            mem("short", "Carol broke her wrist"),
+            mem("long", "Carol broke her wrist skiing down the north slope at dawn with friends"),
+            mem("other", "Carol is vegetarian on weekdays"),
+        ]
+    )
+    hits = store.keyword_search(NS, "wrist")
+    assert {h.memory.id for h in hits} == {"short", "long"}
+    assert hits[0].score == hits[1].score
+    before = [(h.memory.id, h.score) for h in hits]
+    store.upsert_many(
+        [mem(f"t{i}", " ".join(["tenant words"] * 40), ns="tenant") for i in range(20)]
+    )
+    assert [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")] == before
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 9])
 def test_top_k_are_the_best_scores(store: Store, k: int) -> None:
     # 1..9 occurrences of "apple" in documents of equal length: scores strictly increase with i

@@ -16,7 +16,6 @@ use tantivy::columnar::Column;
 use tantivy::index::SegmentId;
 use tantivy::SegmentReader;
 
-use super::stats::alive_tokens;
 use super::writer::Writer;
 use super::{kw_err, Shared};
 use crate::error::Result;
@@ -83,7 +82,6 @@ impl Shared {
         let _one = self.reloading.lock();
         self.reader.reload().map_err(|e| kw_err("reload", e))?;
         let after = self.reader.searcher();
-        let tokens = alive_tokens(&after, self.fields.text)?;
         let live: HashSet<SegmentId> = after
             .segment_readers()
             .iter()
@@ -94,7 +92,7 @@ impl Shared {
             let rest = delta.split_after(seq);
             std::mem::replace(&mut *delta, rest)
         });
-        let swapped = delta.searching(after, tokens);
+        let swapped = delta.searching(after);
         drop(delta);
         // the folded documents (thousands of allocations) are freed with no lock held
         drop(old);

@@ -1,8 +1,8 @@
 //! BM25 statistics over the namespaces a search covers: their document count and each query
-//! word's document frequency among their documents (the average document length stays the
-//! index's). A word in nearly every row of the namespaces searched (a user's name in their
-//! own facts) then weighs nearly nothing there, however rare it is in the rest of the index;
-//! and no tenant's rows move another tenant's scores.
+//! word's document frequency among their documents (no average length: see `stats`). A word in nearly every row of the
+//! namespaces searched (a user's name in their own facts) then weighs nearly nothing there,
+//! however rare it is in the rest of the index; and no tenant's rows move another tenant's
+//! scores.
 //!
 //! Counted as the corpus-wide statistics are (`stats`), over the live documents only: the
 //! namespaces' committed documents alive and not shadowed by a newer change in the delta,
@@ -17,7 +17,7 @@ use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{DocSet, Term, TERMINATED};
 
 use super::kw_err;
-use super::stats::Combined;
+use super::stats::{lengthless, Combined};
 use crate::error::Result;
 
 /// The statistics of a search over some namespaces.
@@ -29,7 +29,6 @@ pub(super) struct Scoped<'a> {
 
 struct Scope {
     docs: u64,
-    tokens: u64,
     /// The query's text terms -> documents of the namespaces holding them.
     doc_freqs: HashMap<Term, u64>,
 }
@@ -64,23 +63,9 @@ impl<'a> Scoped<'a> {
             });
             doc_freqs.insert(term.clone(), delta + all.joint_docs(term, &names)?);
         }
-        let tokens = Bm25StatisticsProvider::total_num_tokens(&all, all.text)
-            .map_err(|e| kw_err("stats", e))?;
-        // the index's average length: its tokens scaled to the namespaces' share of documents
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss,
-            reason = "a token count, far below 2^53"
-        )]
-        let tokens = (tokens as f64 * docs as f64 / total as f64).round() as u64;
         Ok(Self {
             all,
-            scope: Some(Scope {
-                docs,
-                tokens,
-                doc_freqs,
-            }),
+            scope: Some(Scope { docs, doc_freqs }),
         })
     }
 }
@@ -138,7 +123,7 @@ impl Combined<'_> {
 impl Bm25StatisticsProvider for Scoped<'_> {
     fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
         match &self.scope {
-            Some(s) if field == self.all.text => Ok(s.tokens),
+            Some(s) if field == self.all.text => Ok(lengthless(s.docs)),
             _ => Bm25StatisticsProvider::total_num_tokens(&self.all, field),
         }
     }
