@@ -1124,18 +1124,18 @@ class Store:
         ============================  =================  =================  =================
         upstream hybrid, min-max 0.5  0.613 0.725 0.455  0.613 0.725 0.455  0.640 0.685 0.539
         memini vector only            0.443 0.552 0.299  0.443 0.552 0.299  0.606 0.651 0.481
-        memini keyword only           0.631 0.700 0.488  0.631 0.700 0.488  0.600 0.650 0.507
-        memini ``"convex"`` 0.5       0.656 0.747 0.482  0.656 0.747 0.482  0.643 0.689 0.536
-        memini ``"rrf"`` 5            0.655 0.744 0.455  0.655 0.744 0.455  0.634 0.686 0.527
-        memini defaults               0.721 0.801 0.530  0.664 0.755 0.502  0.641 0.684 0.541
+        memini keyword only           0.647 0.714 0.512  0.646 0.713 0.512  0.597 0.657 0.512
+        memini ``"convex"`` 0.5       0.660 0.755 0.501  0.659 0.754 0.501  0.645 0.684 0.545
+        memini ``"rrf"`` 5            0.668 0.756 0.479  0.665 0.752 0.479  0.640 0.691 0.535
+        memini defaults               0.731 0.810 0.552  0.674 0.762 0.524  0.647 0.681 0.546
         ============================  =================  =================  =================
 
         Around the defaults, on turns in order: alpha 0.3-0.5 x neighbour weight 0.3-0.7 give
-        R@5 0.694-0.721, R@10 0.789-0.801, MRR 0.502-0.533 (no neighbours: 0.651-0.664 /
-        0.745-0.755 / 0.473-0.507). On facts the defaults beat upstream's hybrid by 0.1
-        point of R@5 and 0.2 of MRR (R@10 0.1 below): level with it, not 2 points above.
-        The keyword weight's 0.2 sits in a plateau: 0.05-0.7 give facts 0.641-0.642 /
-        0.684-0.685 / 0.541 and turns within 0.004 of the table.
+        R@5 0.703-0.731, R@10 0.795-0.810, MRR 0.517-0.558 (no neighbours: 0.662-0.675 /
+        0.755-0.763 / 0.490-0.532). On facts the defaults beat upstream's hybrid by 0.7
+        point of R@5 and of MRR (R@10 0.4 below): about level with it, not 2 points above.
+        The keyword weight's 0.2 sits in a plateau: 0.05-0.7 give facts 0.646-0.647 /
+        0.681-0.683 / 0.546 and turns within 0.002 of the table.
 
         ``rerank="quality"`` multiplies each fused score, divided by the best one, by
         ``0.8 + 0.2 * quality / max_quality`` over the candidates (`Memory.quality` at
