@@ -1038,11 +1038,12 @@ class Store:
         statistics (document count, each word's document frequency) are the namespace's: a
         word in nearly every row of it (a user's name in their own facts) weighs nearly
         nothing there, and no other tenant's rows move its scores. (Dropping stopwords:
-        keyword-only R@10 on LoCoMo 0.668 -> 0.699, MRR 0.462 -> 0.490; see `recall`.) No
-        length normalisation (BM25 with k1 = 0.3, b = 0: a word found ``tf`` times scores
-        ``idf * 2.2 tf / (tf + 0.3)``): a longer row matching the same words scores as a
-        shorter one (keyword-only on LoCoMo turns, R@5 / R@10 / MRR: 0.647 / 0.714 / 0.512,
-        against 0.631 / 0.700 / 0.488 with tantivy's k1 = 1.2, b = 0.75).
+        keyword-only R@10 on LoCoMo 0.668 -> 0.699, MRR 0.462 -> 0.490; see `recall`.)
+        Length normalisation is scaled down (in effect BM25 with k1 = 0.39, b = 0.23: a word
+        found ``tf`` times in a row of ``len`` tokens scores ``idf * 2.2 tf / (tf + 0.3 + 0.09
+        len / average len)``): a longer row matching the same words loses little to a shorter
+        one (keyword-only on LoCoMo turns, R@5 / R@10 / MRR: 0.647 / 0.711 / 0.508, against
+        0.631 / 0.700 / 0.488 with tantivy's k1 = 1.2, b = 0.75).
         """
         return self._engine.keyword_search(*self._keyword_search_args(namespace, query, filter, k))
 
@@ -1107,8 +1108,8 @@ class Store:
         keyword leg's BM25 statistics are those of all the namespaces searched together, and
         its min-max scores are multiplied by ``top / (top + 0.2)``, ``top`` its best BM25
         score: a leg that matched only words in nearly every row searched (a user's name in
-        their own facts, ~0.07) counts for little, one matching a word that tells rows apart
-        (>= 2.7: a word in a fifth of them) keeps 0.93-1 of its weight. (On PostgreSQL,
+        their own facts, ~0.06) counts for little, one matching a word that tells rows apart
+        (>= 2.5: a word in a fifth of them) keeps 0.92-1 of its weight. (On PostgreSQL,
         whose ``ts_rank`` is no BM25 score, the keyword leg keeps its full weight.)
         Keyword queries drop English stopwords (see `keyword_search`).
 
@@ -1124,18 +1125,18 @@ class Store:
         ============================  =================  =================  =================
         upstream hybrid, min-max 0.5  0.613 0.725 0.455  0.613 0.725 0.455  0.640 0.685 0.539
         memini vector only            0.443 0.552 0.299  0.443 0.552 0.299  0.606 0.651 0.481
-        memini keyword only           0.647 0.714 0.512  0.646 0.713 0.512  0.597 0.657 0.512
-        memini ``"convex"`` 0.5       0.660 0.755 0.501  0.659 0.754 0.501  0.645 0.684 0.545
-        memini ``"rrf"`` 5            0.668 0.756 0.479  0.665 0.752 0.479  0.640 0.691 0.535
-        memini defaults               0.731 0.810 0.552  0.674 0.762 0.524  0.647 0.681 0.546
+        memini keyword only           0.647 0.711 0.508  0.647 0.711 0.508  0.596 0.650 0.513
+        memini ``"convex"`` 0.5       0.656 0.755 0.498  0.656 0.755 0.498  0.643 0.684 0.543
+        memini ``"rrf"`` 5            0.659 0.744 0.466  0.659 0.744 0.466  0.635 0.686 0.528
+        memini defaults               0.727 0.811 0.550  0.673 0.759 0.523  0.646 0.683 0.546
         ============================  =================  =================  =================
 
         Around the defaults, on turns in order: alpha 0.3-0.5 x neighbour weight 0.3-0.7 give
-        R@5 0.703-0.731, R@10 0.795-0.810, MRR 0.517-0.558 (no neighbours: 0.662-0.675 /
-        0.755-0.763 / 0.490-0.532). On facts the defaults beat upstream's hybrid by 0.7
-        point of R@5 and of MRR (R@10 0.4 below): about level with it, not 2 points above.
-        The keyword weight's 0.2 sits in a plateau: 0.05-0.7 give facts 0.646-0.647 /
-        0.681-0.683 / 0.546 and turns within 0.002 of the table.
+        R@5 0.701-0.727, R@10 0.790-0.811, MRR 0.515-0.554 (no neighbours: 0.656-0.673 /
+        0.755-0.759 / 0.487-0.530). On facts the defaults beat upstream's hybrid by 0.6
+        point of R@5 and 0.7 of MRR (R@10 0.2 below): about level with it, not 2 points
+        above. The keyword weight's 0.2 sits in a plateau: 0.05-0.7 give facts 0.646 /
+        0.683-0.684 / 0.546 and turns within 0.003 of the table.
 
         ``rerank="quality"`` multiplies each fused score, divided by the best one, by
         ``0.8 + 0.2 * quality / max_quality`` over the candidates (`Memory.quality` at

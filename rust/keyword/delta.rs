@@ -17,7 +17,7 @@ use tantivy::schema::Field;
 use tantivy::{DocId, Searcher};
 
 use super::analysis::analyzer;
-use super::stats::{committed_doc, Shadowed};
+use super::stats::{committed_doc, norm, Shadowed};
 use super::Doc;
 use crate::error::Result;
 
@@ -40,7 +40,11 @@ pub(super) struct Delta {
     pub(super) docs: HashMap<u64, DeltaDoc>,
     /// term -> (rid -> term frequency)
     pub(super) postings: HashMap<String, HashMap<u64, u32>>,
+    /// Summed field norms of `docs` (see `stats`).
+    pub(super) tokens: u64,
     pub(super) oldest: Option<Instant>,
+    /// Summed field norms of the alive documents of the searched segments.
+    pub(super) committed_tokens: u64,
     /// The rows changed here (a new document or a delete), at their latest sequence.
     changed: HashMap<u64, u64>,
     /// The committed documents, alive in the searched segments, of rows in `changed`: no
@@ -48,22 +52,25 @@ pub(super) struct Delta {
     pub(super) shadowed: HashMap<u64, Shadowed>,
     /// The shadowed documents by segment (its index in the searcher), in order.
     pub(super) shadowed_docs: BTreeMap<u32, BTreeSet<DocId>>,
-    /// The `rid` field.
-    rid: Field,
+    /// The `rid` and `text` fields.
+    fields: (Field, Field),
 }
 
 impl Delta {
-    /// An empty delta beside the committed segments `searcher` sees; `rid`: the `rid` field.
-    pub(super) fn new(searcher: Searcher, rid: Field) -> Self {
+    /// An empty delta beside the committed segments `searcher` sees, whose alive documents'
+    /// field norms sum to `committed_tokens`; `fields`: the `rid` and `text` fields.
+    pub(super) fn new(searcher: Searcher, committed_tokens: u64, fields: (Field, Field)) -> Self {
         Self {
             searcher,
             docs: HashMap::new(),
             postings: HashMap::new(),
+            tokens: 0,
             oldest: None,
+            committed_tokens,
             changed: HashMap::new(),
             shadowed: HashMap::new(),
             shadowed_docs: BTreeMap::new(),
-            rid,
+            fields,
         }
     }
 
@@ -90,9 +97,11 @@ impl Delta {
     }
 
     /// Finds again the committed documents the changed rows shadow, once the searched
-    /// segments changed (a fold, a merge): now those of `searcher`.
-    pub(super) fn searching(&mut self, searcher: Searcher) -> Result<()> {
+    /// segments changed (a fold, a merge): `searcher`, whose alive documents' field norms sum
+    /// to `committed_tokens`.
+    pub(super) fn searching(&mut self, searcher: Searcher, committed_tokens: u64) -> Result<()> {
         self.searcher = searcher;
+        self.committed_tokens = committed_tokens;
         self.shadowed.clear();
         self.shadowed_docs.clear();
         let rids: Vec<u64> = self.changed.keys().copied().collect();
@@ -101,7 +110,7 @@ impl Delta {
 
     /// Shadows the committed document of row `rid`, if one is alive in the searched segments.
     fn shadow(&mut self, rid: u64) -> Result<()> {
-        if let Some(s) = committed_doc(&self.searcher, self.rid, rid)? {
+        if let Some(s) = committed_doc(&self.searcher, self.fields, rid)? {
             self.shadowed.insert(rid, s);
             self.shadowed_docs.entry(s.seg).or_default().insert(s.doc);
         }
@@ -111,6 +120,7 @@ impl Delta {
     /// Removes row `rid`'s document, if the delta holds one.
     pub(super) fn remove(&mut self, rid: u64) {
         if let Some(d) = self.docs.remove(&rid) {
+            self.tokens -= norm(d.tokens);
             for (t, _) in d.terms {
                 if let Some(p) = self.postings.get_mut(&t) {
                     p.remove(&rid);
@@ -150,6 +160,7 @@ impl Delta {
         for (t, f) in &doc.terms {
             self.postings.entry(t.clone()).or_default().insert(rid, *f);
         }
+        self.tokens += norm(doc.tokens);
         self.docs.insert(rid, doc);
     }
 
@@ -159,7 +170,7 @@ impl Delta {
     /// [`Self::searching`]). Cheap enough to run under the delta's lock: the folded documents
     /// stay in `self`, freed after the lock is let go.
     pub(super) fn split_after(&mut self, seq: u64) -> Self {
-        let mut rest = Self::new(self.searcher.clone(), self.rid);
+        let mut rest = Self::new(self.searcher.clone(), self.committed_tokens, self.fields);
         rest.changed = self
             .changed
             .iter()

@@ -16,6 +16,7 @@ use tantivy::columnar::Column;
 use tantivy::index::SegmentId;
 use tantivy::SegmentReader;
 
+use super::stats::alive_tokens;
 use super::writer::Writer;
 use super::{kw_err, Shared};
 use crate::error::Result;
@@ -82,6 +83,7 @@ impl Shared {
         let _one = self.reloading.lock();
         self.reader.reload().map_err(|e| kw_err("reload", e))?;
         let after = self.reader.searcher();
+        let tokens = alive_tokens(&after, self.fields.text)?;
         let live: HashSet<SegmentId> = after
             .segment_readers()
             .iter()
@@ -92,7 +94,7 @@ impl Shared {
             let rest = delta.split_after(seq);
             std::mem::replace(&mut *delta, rest)
         });
-        let swapped = delta.searching(after);
+        let swapped = delta.searching(after, tokens);
         drop(delta);
         // the folded documents (thousands of allocations) are freed with no lock held
         drop(old);

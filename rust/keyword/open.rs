@@ -20,6 +20,7 @@ use tantivy::{Index, IndexWriter, ReloadPolicy, TantivyDocument};
 use super::analysis::{analyzer, TOKENIZER};
 use super::delta::Delta;
 use super::schema::Fields;
+use super::stats::alive_tokens;
 use super::writer::{Pending, Writer};
 use super::{kw_err, kw_fail, KeywordIndex, Shared};
 use crate::error::{Error, Failures, Result};
@@ -117,6 +118,7 @@ impl KeywordIndex {
             .try_into()
             .map_err(|e| kw_err("reader", e))?;
         let searcher = reader.searcher();
+        let tokens = alive_tokens(&searcher, fields.text)?;
         let shared = Arc::new(Shared {
             fields,
             index: index.clone(),
@@ -125,7 +127,7 @@ impl KeywordIndex {
             columns: Mutex::new(HashMap::new()),
             writer: Mutex::new(Writer::new(writer, committed, fresh)),
             pending: Mutex::new(Pending::default()),
-            delta: RwLock::new(Delta::new(searcher, fields.rid)),
+            delta: RwLock::new(Delta::new(searcher, tokens, (fields.rid, fields.text))),
             stop: Mutex::new(false),
             wake: Condvar::new(),
             failures: Failures::default(),

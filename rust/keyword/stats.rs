@@ -1,24 +1,19 @@
 //! BM25 statistics of the live documents: the committed segments' alive documents, less
 //! those a newer change in the delta shadows, plus the delta's.
 //!
-//! - These statistics (document count, document frequencies) are the whole index's, across
-//!   namespaces; a search takes them over the namespaces it covers ([`super::scope`]),
-//!   counting the live documents the same way.
-//! - No length normalisation: a row's length does not change its score (BM25 with b = 0).
-//!   tantivy's BM25 (k1 = 1.2, b = 0.75) reads a document's length only against the average
-//!   length, which these statistics put at [`AVERAGE_LENGTH`] tokens whatever the documents:
-//!   a word found `tf` times in a row of any length then scores `idf * 2.2 tf / (tf + 0.3)`,
-//!   BM25 with k1 = 0.3 and b = 0, and no row's length moves another's score. On LoCoMo's dev
-//!   split (`benches/bench_recall.py`) length normalisation cost the keyword leg 2.4 points of
-//!   MRR on dialogue turns, and recall's defaults 2.2 on turns and 0.5 on facts: agent
-//!   memories are short, and a longer row that matches is no worse a match.
+//! - These statistics (document count, average length, document frequencies) are the whole
+//!   index's, across namespaces; a search takes them over the namespaces it covers
+//!   ([`super::scope`]), counting the live documents the same way.
 //! - They count each live row's current document once, and nothing else: not the deleted
 //!   documents tantivy keeps counting until a merge purges them, not a committed document a
 //!   newer change replaced or deleted. So a score depends on the live rows alone: not on
 //!   whether a document was folded, merged, rewritten unchanged, or the store reopened.
+//! - A document's length counts as its quantised field norm (what tantivy keeps of a
+//!   committed document's length), wherever the document is.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use tantivy::fieldnorm::FieldNormReader;
 use tantivy::query::Bm25StatisticsProvider;
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{DocId, DocSet, Searcher, SegmentReader, Term, TERMINATED};
@@ -27,14 +22,26 @@ use super::delta::Delta;
 use super::kw_err;
 use crate::error::Result;
 
-/// The average document length BM25 is told (see the module docs): against it a row of
-/// 10,000 tokens moves its score by under 1e-7 (nothing in f32), and even tantivy's longest
-/// field norm (2^31) by under 1%.
-const AVERAGE_LENGTH: u64 = 1 << 40;
+/// A length as BM25 counts it: its quantised field norm.
+pub(super) fn norm(tokens: u32) -> u64 {
+    u64::from(FieldNormReader::id_to_fieldnorm(
+        FieldNormReader::fieldnorm_to_id(tokens),
+    ))
+}
 
-/// The token count BM25 is told for `docs` documents: [`AVERAGE_LENGTH`] each.
-pub(super) fn lengthless(docs: u64) -> u64 {
-    docs.saturating_mul(AVERAGE_LENGTH)
+/// The summed field norms of the alive documents of `searcher`'s segments.
+pub(super) fn alive_tokens(searcher: &Searcher, text: Field) -> Result<u64> {
+    let mut total = 0;
+    for seg in searcher.segment_readers() {
+        let norms = seg
+            .get_fieldnorms_reader(text)
+            .map_err(|e| kw_err("field norms", e))?;
+        total += seg
+            .doc_ids_alive()
+            .map(|d| u64::from(norms.fieldnorm(d)))
+            .sum::<u64>();
+    }
+    Ok(total)
 }
 
 /// A committed document alive in the searched segments whose row has a newer change in the
@@ -44,13 +51,14 @@ pub(super) struct Shadowed {
     /// Its segment's index in the searcher's segment readers.
     pub(super) seg: u32,
     pub(super) doc: DocId,
+    /// Its field norm.
+    pub(super) norm: u64,
 }
 
-/// The committed document of row `rid` (field `rid_field`) alive in `searcher`'s segments,
-/// if any.
+/// The committed document of row `rid` alive in `searcher`'s segments, if any.
 pub(super) fn committed_doc(
     searcher: &Searcher,
-    rid_field: Field,
+    (rid_field, text): (Field, Field),
     rid: u64,
 ) -> Result<Option<Shadowed>> {
     let term = Term::from_field_u64(rid_field, rid);
@@ -68,7 +76,14 @@ pub(super) fn committed_doc(
         while postings.doc() != TERMINATED {
             let doc = postings.doc();
             if alive.is_none_or(|a| a.is_alive(doc)) {
-                return Ok(Some(Shadowed { seg: i, doc }));
+                let norms = seg
+                    .get_fieldnorms_reader(text)
+                    .map_err(|e| kw_err("field norms", e))?;
+                return Ok(Some(Shadowed {
+                    seg: i,
+                    doc,
+                    norm: u64::from(norms.fieldnorm(doc)),
+                }));
             }
             postings.advance();
         }
@@ -122,17 +137,18 @@ fn shadowed_doc_freq(
 pub(super) struct Combined<'a> {
     pub(super) searcher: &'a Searcher,
     pub(super) delta: &'a Delta,
-    /// The text field: the delta's terms are its.
+    /// The text field: the delta's tokens and terms are its.
     pub(super) text: Field,
 }
 
 impl Bm25StatisticsProvider for Combined<'_> {
     fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
-        if field == self.text {
-            Ok(lengthless(self.total_num_docs()?))
-        } else {
-            Bm25StatisticsProvider::total_num_tokens(self.searcher, field)
+        if field != self.text {
+            return Bm25StatisticsProvider::total_num_tokens(self.searcher, field);
         }
+        let d = self.delta;
+        let shadowed: u64 = d.shadowed.values().map(|s| s.norm).sum();
+        Ok((d.committed_tokens + d.tokens).saturating_sub(shadowed))
     }
     fn total_num_docs(&self) -> tantivy::Result<u64> {
         Ok(self.delta.num_docs())
