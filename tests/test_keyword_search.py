@@ -160,6 +160,29 @@ def test_a_longer_row_loses_little_to_a_shorter_one_matching_the_same_words(stor
     assert hits[1].score > 0.9 * hits[0].score
 
 
+@pytest.mark.local_only
+def test_another_tenants_rows_move_no_keyword_score(store: Store) -> None:
+    """The average length BM25 reads is the namespaces' own, like their document counts: long
+    rows written to another namespace (before and after a fold of the index) leave the
+    scores here as they were. With the index's average length they moved them (0.766 ->
+    0.792)."""
+    store.upsert_many(
+        [
+            mem("short", "Carol broke her wrist"),
+            mem("long", "Carol broke her wrist skiing down the north slope at dawn with friends"),
+            mem("other", "Carol is vegetarian on weekdays"),
+        ]
+    )
+    before = [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")]
+    for i in range(3):
+        store.upsert_many([mem(f"t{i}-{j}", "tenant words " * 40, ns="tenant") for j in range(20)])
+        assert [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")] == before
+        store.compact()
+        assert [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")] == before
+    store.upsert(mem("other", "Carol is vegetarian"))  # a row of the namespace itself changes
+    assert [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")] != before
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 9])
 def test_top_k_are_the_best_scores(store: Store, k: int) -> None:
     # 1..9 occurrences of "apple" in documents of equal length: scores strictly increase with i

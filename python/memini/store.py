@@ -1035,10 +1035,11 @@ class Store:
         query (never parsed as syntax); its words are OR-ed, English
         stopwords ("what", "did", "the", ... NLTK's list) left out unless the query has no
         other word; a query with no word of >= 2 letters/digits returns ``[]``. BM25
-        statistics (document count, each word's document frequency) are the namespace's: a
-        word in nearly every row of it (a user's name in their own facts) weighs nearly
-        nothing there, and no other tenant's rows move its scores. (Dropping stopwords:
-        keyword-only R@10 on LoCoMo 0.668 -> 0.699, MRR 0.462 -> 0.490; see `recall`.)
+        statistics (document count, each word's document frequency, the average length) are
+        the namespace's: a word in nearly every row of it (a user's name in their own facts)
+        weighs nearly nothing there, and no other tenant's rows move its scores. (Dropping
+        stopwords: keyword-only R@10 on LoCoMo 0.668 -> 0.699, MRR 0.462 -> 0.490; see
+        `recall`.)
         Length normalisation is scaled down (in effect BM25 with k1 = 0.39, b = 0.23: a word
         found ``tf`` times in a row of ``len`` tokens scores ``idf * 2.2 tf / (tf + 0.3 + 0.09
         len / average len)``): a longer row matching the same words loses little to a shorter
@@ -1127,8 +1128,8 @@ class Store:
         memini vector only            0.443 0.552 0.299  0.443 0.552 0.299  0.606 0.651 0.481
         memini keyword only           0.647 0.711 0.508  0.647 0.711 0.508  0.596 0.650 0.513
         memini ``"convex"`` 0.5       0.656 0.755 0.498  0.656 0.755 0.498  0.643 0.684 0.543
-        memini ``"rrf"`` 5            0.659 0.744 0.466  0.659 0.744 0.466  0.635 0.686 0.528
-        memini defaults               0.727 0.811 0.550  0.673 0.759 0.523  0.646 0.683 0.546
+        memini ``"rrf"`` 5            0.659 0.743 0.466  0.659 0.743 0.466  0.635 0.686 0.528
+        memini defaults               0.727 0.811 0.550  0.674 0.759 0.523  0.646 0.683 0.546
         ============================  =================  =================  =================
 
         Around the defaults, on turns in order: alpha 0.3-0.5 x neighbour weight 0.3-0.7 give
