@@ -1037,14 +1037,14 @@ class Store:
         other word; a query with no word of >= 2 letters/digits returns ``[]``. BM25
         statistics (document count, each word's document frequency, the average length) are
         the namespace's: a word in nearly every row of it (a user's name in their own facts)
-        weighs nearly nothing there, and no other tenant's rows move its scores. (Dropping
-        stopwords: keyword-only R@10 on LoCoMo 0.668 -> 0.699, MRR 0.462 -> 0.490; see
-        `recall`.)
-        Length normalisation is scaled down (in effect BM25 with k1 = 0.39, b = 0.23: a word
-        found ``tf`` times in a row of ``len`` tokens scores ``idf * 2.2 tf / (tf + 0.3 + 0.09
-        len / average len)``): a longer row matching the same words loses little to a shorter
-        one (keyword-only on LoCoMo turns, R@5 / R@10 / MRR: 0.647 / 0.711 / 0.508, against
-        0.631 / 0.700 / 0.488 with tantivy's k1 = 1.2, b = 0.75).
+        weighs nearly nothing there, and no other tenant's rows move its scores (the
+        PostgreSQL backend ranks by ``ts_rank`` times these words' weights, see the README).
+        (Dropping stopwords: keyword-only R@10 on LoCoMo 0.668 -> 0.699, MRR 0.462 -> 0.490;
+        see `recall`.) Length normalisation is scaled down (in effect BM25 with k1 = 0.39,
+        b = 0.23: a word found ``tf`` times in a row of ``len`` tokens scores ``idf * 2.2 tf /
+        (tf + 0.3 + 0.09 len / average len)``): a longer row matching the same words loses
+        little to a shorter one (keyword-only on LoCoMo turns, R@5 / R@10 / MRR: 0.647 /
+        0.711 / 0.508, against 0.631 / 0.700 / 0.488 with tantivy's k1 = 1.2, b = 0.75).
         """
         return self._engine.keyword_search(*self._keyword_search_args(namespace, query, filter, k))
 
