@@ -23,6 +23,7 @@ use rayon::prelude::*;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::error::{Error, Interrupt, Result};
+pub use kernels::kernel;
 use kernels::{Epilogue, Packed};
 pub use queue::{Batcher, BatcherConfig};
 
@@ -135,6 +136,10 @@ pub struct LocalModel {
 /// Tokens in a batch from which the forward pass splits its work over rayon's threads: below
 /// it, handing work to another thread costs more than it saves.
 const PARALLEL_TOKENS: usize = 64;
+
+/// Tokens per part of a batch split over threads by texts, when there are enough for more
+/// parts than threads: as fast per token as one large part.
+const PART_TOKENS: usize = 128;
 
 fn model_err(e: impl std::fmt::Display) -> Error {
     Error::invalid(format!("the embedding model's weights do not load: {e}"))
@@ -330,6 +335,9 @@ impl LocalModel {
 
     /// Sequences of word-piece ids through the encoder, mean-pooled and normalised, into
     /// `out` (`seqs.len() x dims`). Asks `interrupt` before each layer.
+    ///
+    /// A batch of many tokens is split over rayon's threads by texts (each part runs the
+    /// whole encoder, with no hand-off between layers); one long text by rows, layer by layer.
     pub fn forward(&self, seqs: &[&[u32]], out: &mut [f32], interrupt: &Interrupt) -> Result<()> {
         let h = self.cfg.hidden;
         let seqs: Vec<&[u32]> = seqs
@@ -337,11 +345,51 @@ impl LocalModel {
             .map(|s| &s[..s.len().min(self.cfg.max_tokens)])
             .collect();
         let tokens: usize = seqs.iter().map(|s| s.len()).sum();
-        let parallel = tokens >= PARALLEL_TOKENS && rayon::current_num_threads() > 1;
+        let threads = rayon::current_num_threads();
+        if tokens < PARALLEL_TOKENS || threads < 2 {
+            return self.encode(&seqs, out, interrupt, false);
+        }
+        if seqs.len() == 1 {
+            return self.encode(&seqs, out, interrupt, true);
+        }
+        // parts of about equal tokens, at least one per thread and a few more when there are
+        // enough tokens (a thread that is slow to get a core then holds up less)
+        let parts = (tokens / PART_TOKENS).clamp(threads, 4 * threads);
+        let mut bounds = vec![0];
+        let mut sum = 0;
+        for (i, s) in seqs.iter().enumerate() {
+            sum += s.len();
+            if sum * parts >= tokens * bounds.len() && i + 1 < seqs.len() {
+                bounds.push(i + 1);
+            }
+        }
+        bounds.push(seqs.len());
+        let mut jobs = Vec::with_capacity(bounds.len());
+        let mut rest = out;
+        for w in bounds.windows(2) {
+            let (part, tail) = rest.split_at_mut((w[1] - w[0]) * h);
+            jobs.push((&seqs[w[0]..w[1]], part));
+            rest = tail;
+        }
+        jobs.into_par_iter()
+            .try_for_each(|(seqs, out)| self.encode(seqs, out, interrupt, false))
+    }
+
+    /// [`LocalModel::forward`] of `seqs` (already truncated) on this thread, or with each
+    /// product and norm split by rows over rayon's threads when `parallel`.
+    fn encode(
+        &self,
+        seqs: &[&[u32]],
+        out: &mut [f32],
+        interrupt: &Interrupt,
+        parallel: bool,
+    ) -> Result<()> {
+        let h = self.cfg.hidden;
+        let tokens: usize = seqs.iter().map(|s| s.len()).sum();
         // row offsets of each sequence
         let mut starts = Vec::with_capacity(seqs.len() + 1);
         starts.push(0);
-        for s in &seqs {
+        for s in seqs {
             starts.push(starts.last().copied().unwrap_or(0) + s.len());
         }
         let mut x = vec![0f32; tokens * h];

@@ -143,6 +143,95 @@ def test_bm25_ranks_by_term_frequency_and_rarity(store: Store) -> None:
     assert_well_formed(hits)
 
 
+@pytest.mark.local_only
+def test_a_longer_row_loses_little_to_a_shorter_one_matching_the_same_words(store: Store) -> None:
+    """Length normalisation scaled down (BM25 in effect k1 = 0.39, b = 0.23): a row three times
+    as long matching the same word scores within 10% of the short one, which still ranks first.
+    With tantivy's k1 = 1.2, b = 0.75 it scored 0.357 against 0.577."""
+    store.upsert_many(
+        [
+            mem("short", "Carol broke her wrist"),
+            mem("long", "Carol broke her wrist skiing down the north slope at dawn with friends"),
+            mem("other", "Carol is vegetarian on weekdays"),
+        ]
+    )
+    hits = store.keyword_search(NS, "wrist")
+    assert [h.memory.id for h in hits] == ["short", "long"]
+    assert hits[1].score > 0.9 * hits[0].score
+
+
+@pytest.mark.local_only
+def test_another_tenants_rows_move_no_keyword_score(store: Store) -> None:
+    """The average length BM25 reads is the namespaces' own, like their document counts: long
+    rows written to another namespace (before and after a fold of the index) leave the
+    scores here as they were. With the index's average length they moved them (0.766 ->
+    0.792)."""
+    store.upsert_many(
+        [
+            mem("short", "Carol broke her wrist"),
+            mem("long", "Carol broke her wrist skiing down the north slope at dawn with friends"),
+            mem("other", "Carol is vegetarian on weekdays"),
+        ]
+    )
+    before = [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")]
+    for i in range(3):
+        store.upsert_many([mem(f"t{i}-{j}", "tenant words " * 40, ns="tenant") for j in range(20)])
+        assert [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")] == before
+        store.compact()
+        assert [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")] == before
+    store.upsert(mem("other", "Carol is vegetarian"))  # a row of the namespace itself changes
+    assert [(h.memory.id, h.score) for h in store.keyword_search(NS, "wrist")] != before
+
+
+def test_word_frequencies_are_those_of_the_namespace_searched(store: Store) -> None:
+    """A word in every row of a namespace (a user's name in their own facts) weighs nearly
+    nothing there, however rare it is elsewhere, and another namespace's rows do not change
+    that."""
+    carol = [
+        "Carol is vegetarian",
+        "Carol broke her wrist skiing",
+        "Carol manages the design team",
+        "Carol plays chess online at night",
+        "Carol takes the train to work",
+        "Carol grew up near the coast",
+    ]
+    store.upsert_many([mem(f"c{i}", text, ns="carol") for i, text in enumerate(carol)])
+    store.upsert_many([mem(f"o{i}", f"other row {i} about skiing", ns="other") for i in range(40)])
+
+    def scores() -> dict[str, float]:
+        return {h.memory.id: h.score for h in store.keyword_search("carol", "Carol's wrist", k=10)}
+
+    for _ in range(2):
+        got = scores()
+        assert max(got, key=got.__getitem__) == "c1"
+        # the word in every row adds next to nothing to the row that has both
+        assert set(got) == {f"c{i}" for i in range(6)}
+        assert max(v for i, v in got.items() if i != "c1") < 0.2 * got["c1"], got
+        # the same word in another namespace changes nothing of that
+        store.upsert_many([mem(f"p{i}", f"no carol here {i}", ns="other") for i in range(40)])
+
+
+def test_word_weights_follow_the_writes_to_the_namespace(store: Store) -> None:
+    """A word that becomes common in a namespace weighs less at the next search there, and
+    weighs as before once those rows are deleted (the PostgreSQL backend caches document
+    frequencies: it counts a namespace again once this store has written more than a
+    sixteenth of its rows since)."""
+    store.upsert_many([mem("k", "kettle stove"), mem("t", "teapot handle")])
+    store.upsert_many([mem(f"f{i}", f"filler row {i}") for i in range(14)])
+
+    def scores() -> dict[str, float]:
+        return {h.memory.id: h.score for h in store.keyword_search(NS, "kettle teapot", k=5)}
+
+    before = scores()
+    assert before["k"] == pytest.approx(before["t"])
+    store.upsert_many([mem(f"x{i}", f"copper kettle {i}") for i in range(10)])
+    common = scores()
+    assert common["t"] > common["k"], common
+    for i in range(10):
+        store.delete(NS, f"x{i}")
+    assert scores() == pytest.approx(before)
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 9])
 def test_top_k_are_the_best_scores(store: Store, k: int) -> None:
     # 1..9 occurrences of "apple" in documents of equal length: scores strictly increase with i

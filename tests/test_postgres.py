@@ -179,6 +179,30 @@ def test_two_stores_open_at_once_see_each_other(pg_url: str) -> None:
         assert b.vector_search("n", [1, 0, 0, 0])[0].score == pytest.approx(1.0)
 
 
+def test_keyword_weights_follow_another_stores_writes_after_the_refresh(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another store's writes match at once (which rows match is never cached) and move the
+    words' weights once this store's counts are older than REFRESH_SECONDS."""
+    from memini.postgres import _frequencies
+
+    def mems(*rows: tuple[str, str]) -> list[Memory]:
+        return [Memory(id=i, namespace="n", content=c) for i, c in rows]
+
+    with Store.open(pg_url, dims=4) as a, Store.open(pg_url) as b:
+        a.upsert_many(mems(("k", "kettle stove"), ("t", "teapot handle")))
+        a.upsert_many(mems(*((f"f{i}", f"filler row {i}") for i in range(14))))
+
+        def ranked() -> list[str]:
+            return [h.memory.id for h in b.keyword_search("n", "kettle teapot", k=20)]
+
+        assert ranked() == ["k", "t"]  # one weight each: a tie, by id
+        a.upsert_many(mems(*((f"x{i}", f"copper kettle {i}") for i in range(10))))
+        assert set(ranked()) == {"k", "t", *(f"x{i}" for i in range(10))}
+        monkeypatch.setattr(_frequencies, "REFRESH_SECONDS", 0.0)
+        assert ranked()[0] == "t"  # kettle is in 11 rows of 26 now
+
+
 def test_linked_recall_sees_links_another_store_writes(pg_url: str) -> None:
     with Store.open(pg_url, dims=4, metric="cos") as a, Store.open(pg_url) as b:
         a.upsert_many(
@@ -524,13 +548,11 @@ def test_a_bulk_load_that_dies_gets_its_indexes_at_the_next_open(pg_url: str) ->
         assert len(s.vector_search("n", [3, 1, 0, 0], k=5)) == 5
 
 
-def _plan_nodes(node: dict[str, Any], gated: bool = False) -> list[tuple[dict[str, Any], bool]]:
-    """Every node of an EXPLAIN (FORMAT JSON) plan, with whether a one-time filter on the
-    stopword fallback (``numnode(...) = 0``) gates it."""
-    gated = gated or "numnode" in node.get("One-Time Filter", "")
-    out = [(node, gated)]
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan."""
+    out = [node]
     for child in node.get("Plans", []):
-        out += _plan_nodes(child, gated)
+        out += _plan_nodes(child)
     return out
 
 
@@ -538,8 +560,10 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
     """Each statement a search prepares, EXPLAINed as the generic plan it runs on a
     populated database (many namespaces, analyzed): vector searches walk the HNSW index and
     scan exactly through the tag GIN or the namespace index, keyword searches use the words
-    GIN index, recall's final rows the primary key; no statement reads ``memories``
-    sequentially, but for the stopword-only keyword fallback behind its one-time filter."""
+    GIN index, recall's final rows the primary key, the keyword weights' counts the words
+    GIN index in a large namespace and the namespace index in a small one; no statement
+    reads ``memories`` sequentially, but for the keyword search of stopwords alone (the
+    words as they are, unindexed)."""
     import psycopg
 
     rng = np.random.default_rng(5)
@@ -576,6 +600,7 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
         s.vector_search_many("big", np.stack([q, q]), k=3)
         s.keyword_search("big", "alpha gamma", k=5)
         s.keyword_search("ns3", "beta", Filter(tags=["common"]), k=5)
+        s.keyword_search("ns4", "the of", k=5)
         s.recall("big", "alpha", q, k=5)
         s.recall(["ns1", "ns2"], "delta", q, k=5, fusion="rrf")
         pool = s._engine._p.pool  # type: ignore[union-attr]
@@ -591,10 +616,17 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
                 plans[statement] = _plan_nodes(plan[0]["Plan"])
     kinds = Counter()
     for statement, nodes in plans.items():
-        for node, gated in nodes:
+        used = {n.get("Index Name") for n in nodes}
+        if "to_tsvector('simple'" in statement:  # stopwords alone
+            kinds["stopwords"] += 1
+            continue
+        for node in nodes:
             if node.get("Relation Name") == "memories" and node["Node Type"] == "Seq Scan":
-                assert gated, f"a sequential scan of memories in: {statement}"
-        used = {n.get("Index Name") for n, _ in nodes}
+                raise AssertionError(f"a sequential scan of memories in: {statement}")
+        if statement.startswith("SELECT n.ns"):  # the keyword weights' counts
+            assert {"memories_words", "memories_ns_id"} <= used, statement
+            kinds["frequencies"] += 1
+            continue
         if statement.startswith("SELECT count(*)") or "row_number()" in statement:
             # a namespace's coherence: its rows counted, its sample read, by namespace
             assert used - {None} and used <= {"memories_ns_time", "memories_ns_id", None}
@@ -608,9 +640,7 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
             assert "memories_words" in used, statement
             kinds["keyword"] += 1
         if "<->" in statement:
-            walks = [
-                n for n, _ in nodes if n.get("Index Name") == "memories_hnsw" and "Order By" in n
-            ]
+            walks = [n for n in nodes if n.get("Index Name") == "memories_hnsw" and "Order By" in n]
             assert walks, f"no HNSW walk in: {statement}"
             exact = used - {"memories_hnsw", "memories_pkey", "memories_words", None}
             assert exact, f"no index for the exact scan in: {statement}"
@@ -618,4 +648,4 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
                 assert "memories_tags" in exact, statement
             kinds["vector"] += 1
     assert kinds["rows"] >= 1 and kinds["keyword"] >= 3 and kinds["vector"] >= 5, kinds
-    assert kinds["coherence"] == 2, kinds
+    assert kinds["coherence"] == 2 and kinds["frequencies"] == 1 and kinds["stopwords"] == 1, kinds

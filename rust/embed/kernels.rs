@@ -21,18 +21,25 @@
 
 use half::bf16;
 
-/// Outputs per packed panel: two 8-wide f32 vectors (AVX2), four on NEON.
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+/// Outputs per packed panel: two 8-wide f32 vectors (AVX2), four on NEON, one 16-wide
+/// (AVX-512).
 const NR: usize = 16;
-/// Rows (tokens) sharing one pass over a panel.
-const MR: usize = 4;
+/// Rows (tokens) sharing one pass over a panel in the portable kernel: with a pair's two
+/// widened halves, as many as AVX2's 16 registers hold without spilling.
+const MR: usize = 3;
 
 /// A linear layer `y = x W^T + b` with `W` (`n x k`, PyTorch's layout) repacked at load into
-/// panels of [`NR`] outputs: panel `p` holds, for each input `i`, the weights of outputs
-/// `p*NR .. p*NR+NR` contiguously, so one pass over the inputs reads the panel front to back.
+/// panels of [`NR`] outputs: panel `p` holds, for each pair of inputs `2i, 2i+1`, the weights
+/// of outputs `p*NR .. p*NR+NR` contiguously, each output's two weights as one bfloat16 pair
+/// (input `2i` in the low half), so one pass over the inputs reads the panel front to back and
+/// a pair is the operand of AVX-512's bfloat16 dot product.
 pub struct Packed {
     n: usize,
     k: usize,
-    w: Vec<bf16>,
+    w: Vec<u32>,
     bias: Vec<f32>,
 }
 
@@ -47,19 +54,28 @@ pub enum Epilogue<'a> {
     Residual(&'a [f32]),
 }
 
+/// Two bfloat16s (rounded to nearest) as one pair, `lo` in the low half.
+fn bf16_pair(lo: f32, hi: f32) -> u32 {
+    u32::from(bf16::from_f32(lo).to_bits()) | u32::from(bf16::from_f32(hi).to_bits()) << 16
+}
+
 impl Packed {
     /// Packs `weight` (`n x k`, row-major) scaled by `scale`, and `bias` (`n`) scaled likewise.
     ///
     /// # Panics
-    /// If the shapes disagree or `n` is not a multiple of 16 (BERT's widths all are).
+    /// If the shapes disagree, `n` is not a multiple of 16 or `k` is odd (BERT's widths all
+    /// are multiples of 16).
     #[must_use]
     pub fn new(weight: &[f32], bias: &[f32], n: usize, k: usize, scale: f32) -> Self {
-        assert!(weight.len() == n * k && bias.len() == n && n.is_multiple_of(NR));
-        let mut w = Vec::with_capacity(n * k);
+        assert!(
+            weight.len() == n * k && bias.len() == n && n.is_multiple_of(NR) && k.is_multiple_of(2)
+        );
+        let mut w = Vec::with_capacity(n * k / 2);
         for p in 0..n / NR {
-            for i in 0..k {
+            for i in (0..k).step_by(2) {
                 for j in 0..NR {
-                    w.push(bf16::from_f32(weight[(p * NR + j) * k + i] * scale));
+                    let at = (p * NR + j) * k + i;
+                    w.push(bf16_pair(weight[at] * scale, weight[at + 1] * scale));
                 }
             }
         }
@@ -86,14 +102,63 @@ impl Packed {
         self.n
     }
 
-    /// `out = epilogue(x W^T + b)` for `x` of `rows x k` and `out` of `rows x n`.
+    /// `out = epilogue(x W^T + b)` for `x` of `rows x k` and `out` of `rows x n`: on
+    /// AVX-512 BF16 when the CPU has it (see [`kernel`]), else on pulp's best set.
     pub fn apply(&self, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
+        #[cfg(target_arch = "x86_64")]
+        if avx512::available() {
+            avx512::apply(self, x, out, epilogue);
+            return;
+        }
+        self.apply_portable(x, out, epilogue);
+    }
+
+    /// [`Packed::apply`] on the portable kernel: f32 products of the widened weights.
+    fn apply_portable(&self, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
         pulp::Arch::new().dispatch(Apply {
             w: self,
             x,
             out,
             epilogue,
         });
+    }
+}
+
+/// The kernel the local embedder's products run on: "avx512bf16" (AVX-512's bfloat16 dot
+/// product, activations rounded to bfloat16 too) or pulp's instruction set ("v3", "neon",
+/// "scalar", as [`crate::vector`]'s compact scan names it).
+#[must_use]
+pub fn kernel() -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        return Some("avx512bf16");
+    }
+    None
+}
+
+/// `acc + bias`, through `epilogue`, into `out[at..at + NR]`.
+#[inline(always)]
+fn store(acc: &[f32; NR], bias: &[f32; NR], out: &mut [f32], at: usize, epilogue: Epilogue<'_>) {
+    let dst: &mut [f32; NR] = (&mut out[at..at + NR])
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("an output row holds every panel"));
+    match epilogue {
+        Epilogue::None => {
+            for j in 0..NR {
+                dst[j] = acc[j] + bias[j];
+            }
+        }
+        Epilogue::Gelu => {
+            for j in 0..NR {
+                dst[j] = gelu(acc[j] + bias[j]);
+            }
+        }
+        Epilogue::Residual(res) => {
+            let res = &res[at..at + NR];
+            for j in 0..NR {
+                dst[j] = acc[j] + bias[j] + res[j];
+            }
+        }
     }
 }
 
@@ -115,51 +180,22 @@ impl pulp::WithSimd for Apply<'_> {
             out,
             epilogue,
         } = self;
-        packed.apply_inline(x, out, epilogue);
-    }
-}
-
-impl Packed {
-    #[inline(always)]
-    fn apply_inline(&self, x: &[f32], out: &mut [f32], epilogue: Epilogue<'_>) {
-        let (n, k) = (self.n, self.k);
+        let (n, k) = (packed.n, packed.k);
         let rows = x.len() / k;
         debug_assert_eq!(out.len(), rows * n);
-        for (p, panel) in self.w.chunks_exact(k * NR).enumerate() {
+        for (p, panel) in packed.w.chunks_exact(k / 2 * NR).enumerate() {
             let col = p * NR;
-            let bias: &[f32; NR] = self.bias[col..col + NR].try_into().unwrap_or(&[0.0; NR]);
+            let bias: &[f32; NR] = packed.bias[col..col + NR].try_into().unwrap_or(&[0.0; NR]);
             let mut r0 = 0;
             while r0 < rows {
                 let m = (rows - r0).min(MR);
                 let acc = match m {
-                    4 => block::<4>(x, r0, k, panel),
                     3 => block::<3>(x, r0, k, panel),
                     2 => block::<2>(x, r0, k, panel),
                     _ => block::<1>(x, r0, k, panel),
                 };
                 for (r, acc) in acc.iter().enumerate().take(m) {
-                    let at = (r0 + r) * n + col;
-                    let dst: &mut [f32; NR] = (&mut out[at..at + NR])
-                        .try_into()
-                        .unwrap_or_else(|_| unreachable!("an output row holds every panel"));
-                    match epilogue {
-                        Epilogue::None => {
-                            for j in 0..NR {
-                                dst[j] = acc[j] + bias[j];
-                            }
-                        }
-                        Epilogue::Gelu => {
-                            for j in 0..NR {
-                                dst[j] = gelu(acc[j] + bias[j]);
-                            }
-                        }
-                        Epilogue::Residual(res) => {
-                            let res = &res[at..at + NR];
-                            for j in 0..NR {
-                                dst[j] = acc[j] + bias[j] + res[j];
-                            }
-                        }
-                    }
+                    store(acc, bias, out, (r0 + r) * n + col, epilogue);
                 }
                 r0 += m;
             }
@@ -169,23 +205,24 @@ impl Packed {
 
 /// `M` rows of `x` (from `r0`) against one panel: `M x NR` sums. (Rows past `M` are zero.)
 #[inline(always)]
-fn block<const M: usize>(x: &[f32], r0: usize, k: usize, panel: &[bf16]) -> [[f32; NR]; MR] {
+fn block<const M: usize>(x: &[f32], r0: usize, k: usize, panel: &[u32]) -> [[f32; NR]; MR] {
     let mut acc = [[0f32; NR]; MR];
     let rows: [&[f32]; M] = std::array::from_fn(|r| &x[(r0 + r) * k..(r0 + r + 1) * k]);
     for (i, w) in panel.chunks_exact(NR).enumerate() {
-        // bfloat16 is the top half of an f32
-        let w: [f32; NR] = std::array::from_fn(|j| f32::from_bits(u32::from(w[j].to_bits()) << 16));
+        // a bfloat16 is the top half of an f32
+        let lo: [f32; NR] = std::array::from_fn(|j| f32::from_bits(w[j] << 16));
+        let hi: [f32; NR] = std::array::from_fn(|j| f32::from_bits(w[j] & 0xffff_0000));
         for r in 0..M {
-            let xv = rows[r][i];
+            let (x0, x1) = (rows[r][2 * i], rows[r][2 * i + 1]);
             for j in 0..NR {
-                acc[r][j] = xv.mul_add(w[j], acc[r][j]);
+                acc[r][j] = x1.mul_add(hi[j], x0.mul_add(lo[j], acc[r][j]));
             }
         }
     }
     acc
 }
 
-/// `e^x` for `x <= 0` (the arguments GELU's erf needs), to a few units in the last place:
+/// `e^x` for `x <= 0` (what GELU's erf and the softmax need), to a few units in the last place:
 /// `2^n * e^r` with `|r| <= ln2/2` and a degree-6 Taylor polynomial.
 #[inline(always)]
 fn exp_neg(x: f32) -> f32 {
@@ -353,11 +390,10 @@ impl pulp::WithSimd for Attention<'_> {
                     *s = dot(q, at(j, 1));
                     max = max.max(*s);
                 }
-                let mut total = 0.0;
                 for s in &mut scores {
-                    *s = (*s - max).exp();
-                    total += *s;
+                    *s = exp_neg(*s - max);
                 }
+                let total = sum(&scores);
                 let o = &mut out[i * width + h * hw..i * width + (h + 1) * hw];
                 for (j, s) in scores.iter().enumerate() {
                     let p = s / total;
@@ -402,16 +438,9 @@ mod tests {
                 (exp - want).abs() <= 1e-6 * want,
                 "exp({x}) = {exp}, want {want}"
             );
-            // erf(x) via the identity with the complementary series is not in std: compare
-            // against a 60-term Taylor series (exact enough for |x| <= 3)
+            // erf is not in std: compare against its Taylor series
             if x.abs() <= 3.0 {
-                let mut term = x;
-                let mut s = x;
-                for n in 1..60 {
-                    term *= -x * x / f64::from(n);
-                    s += term / f64::from(2 * n + 1);
-                }
-                let want = s * 2.0 / std::f64::consts::PI.sqrt();
+                let want = erf64(x);
                 let got = f64::from(erf(xf));
                 assert!((got - want).abs() < 1e-6, "erf({x}) = {got}, want {want}");
             }
@@ -434,15 +463,82 @@ mod tests {
         let packed = Packed::new(&weight, &bias, n, k, 1.0);
         let mut out = vec![0f32; rows * n];
         packed.apply(&x, &mut out, Epilogue::None);
+        let mut portable = vec![0f32; rows * n];
+        packed.apply_portable(&x, &mut portable, Epilogue::None);
         for r in 0..rows {
             for o in 0..n {
                 let want: f32 = (0..k)
                     .map(|i| x[r * k + i] * weight[o * k + i])
                     .sum::<f32>()
                     + bias[o];
-                // the weights are multiples of 1/8: exact in bfloat16
+                // the weights and inputs are multiples of 1/8 and 1/4: exact in bfloat16
                 assert!((out[r * n + o] - want).abs() < 1e-4, "{r} {o}");
+                assert!((portable[r * n + o] - want).abs() < 1e-4, "{r} {o}");
             }
         }
+    }
+
+    /// Both kernels, on inputs that bfloat16 rounds, with every epilogue and a row count
+    /// that leaves partial blocks (of the portable kernel's 4 rows and AVX-512's 8 and 96).
+    #[test]
+    fn the_kernels_agree_with_f32_arithmetic() {
+        let (n, k, rows) = (48, 64, 101);
+        let wave = |i: usize, f: f64| {
+            #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+            let v = ((i as f64) * f).sin() as f32;
+            v
+        };
+        let weight: Vec<f32> = (0..n * k).map(|i| wave(i, 0.37) / 8.0).collect();
+        let bias: Vec<f32> = (0..n).map(|i| wave(i, 1.3)).collect();
+        let x: Vec<f32> = (0..rows * k).map(|i| wave(i, 0.11) * 2.0).collect();
+        let res: Vec<f32> = (0..rows * n).map(|i| wave(i, 0.7)).collect();
+        let packed = Packed::new(&weight, &bias, n, k, 0.5);
+        let plain = |r: usize, o: usize| -> f32 {
+            (0..k)
+                .map(|i| x[r * k + i] * weight[o * k + i] * 0.5)
+                .sum::<f32>()
+                + bias[o] * 0.5
+        };
+        for epilogue in [Epilogue::None, Epilogue::Gelu, Epilogue::Residual(&res)] {
+            let mut kernels = vec![("portable", vec![0f32; rows * n])];
+            packed.apply_portable(&x, &mut kernels[0].1, epilogue);
+            #[cfg(target_arch = "x86_64")]
+            if avx512::available() {
+                let mut out = vec![0f32; rows * n];
+                avx512::apply(&packed, &x, &mut out, epilogue);
+                kernels.push(("avx512bf16", out));
+            }
+            for (name, out) in &kernels {
+                for r in 0..rows {
+                    for o in 0..n {
+                        let v = plain(r, o);
+                        let want = match epilogue {
+                            Epilogue::None => v,
+                            Epilogue::Gelu => {
+                                let v = f64::from(v);
+                                #[allow(clippy::cast_possible_truncation)]
+                                let g = (0.5 * v * (1.0 + erf64(v / 2f64.sqrt()))) as f32;
+                                g
+                            }
+                            Epilogue::Residual(res) => v + res[r * n + o],
+                        };
+                        // bfloat16 keeps 8 bits: a sum of 64 products of |x| <= 2, |w| <= 1/16
+                        let got = out[r * n + o];
+                        assert!((got - want).abs() < 2e-2, "{name} {r} {o}: {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// erf by its Taylor series (exact enough for |x| <= 3).
+    fn erf64(x: f64) -> f64 {
+        let mut term = x;
+        let mut s = x;
+        for n in 1..60 {
+            term *= -x * x / f64::from(n);
+            s += term / f64::from(2 * n + 1);
+        }
+        s * 2.0 / std::f64::consts::PI.sqrt()
     }
 }

@@ -118,15 +118,20 @@ impl Default for Tuning {
 pub type RowVectors<'a> = &'a (dyn Fn(&[u64], &mut Vec<u8>) -> Result<Vec<Option<usize>>> + Sync);
 
 /// The SIMD kernels chosen at run time for the CPU this runs on, as (component, kernel):
-/// the graphs' distances of `metric` (usearch, see [`graph::kernel`]) and the compact
-/// scan's (pulp, see [`compact::kernel`]). A wheel is built for the architecture's baseline
+/// the graphs' distances of `metric` (usearch, see [`graph::kernel`]), the compact
+/// scan's (pulp, see [`compact::kernel`]) and the local embedder's (see
+/// [`crate::embed::kernel`]). A wheel is built for the architecture's baseline
 /// CPU and carries the faster kernels beside it; these name the ones picked.
 pub fn simd(metric: crate::types::Metric) -> Result<Vec<(&'static str, String)>> {
     Ok(vec![
         ("vector_graph", graph::kernel(metric)?),
         ("compact_scan", compact::kernel()),
-        // the local embedder's kernels (rust/embed/kernels.rs) dispatch through pulp too
-        ("embedder", compact::kernel()),
+        // the local embedder's products run on AVX-512 BF16 where the CPU has it, else
+        // through pulp like the rest of its kernels (rust/embed/kernels.rs)
+        (
+            "embedder",
+            crate::embed::kernel().map_or_else(compact::kernel, str::to_owned),
+        ),
     ])
 }
 

@@ -22,16 +22,19 @@ iterative scans) or scans the matching rows exactly, whichever the planner stati
 is cheaper, and falls back to the exact scan in the same statement when the walk finds
 fewer than ``k`` rows, so it returns exactly ``min(k, matching rows with a vector)``. Scores
 are recomputed in f64 from the stored float32 vectors, as in the embedded store. Keyword
-search: PostgreSQL full-text search (``english`` configuration, ``ts_rank``), see
-`PgEngine.keyword_search` for how it differs from the embedded BM25.
+search: PostgreSQL full-text search (``english`` configuration, ``ts_rank`` times each
+word's idf in the namespaces searched), see `PgEngine.keyword_search` for how it differs
+from the embedded BM25.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import numpy as np
@@ -55,12 +58,14 @@ from memini.postgres import _meta
 from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, upsert
 from memini.postgres._coherence import Coherence
 from memini.postgres._filter import LIVE_AT, order_by, where
+from memini.postgres._frequencies import Frequencies
 from memini.postgres._pool import DEFAULT_EF_SEARCH, Conn, Pool, translate, use_ef_search
 from memini.postgres._rows import SELECT, query_words, to_memory, write_values
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
 from memini.postgres._search import (
     STANDING,
     Sizes,
+    keyword_params,
     keyword_sql,
     recall_sql,
     vector_sql,
@@ -130,6 +135,7 @@ class PgEngine:
         self._breadth = DEFAULT_EF_SEARCH
         self._sizes = Sizes()
         self._coherence = Coherence()
+        self._frequencies = Frequencies()
 
     @property
     def dims(self) -> int:
@@ -167,9 +173,13 @@ class PgEngine:
             stamped.append(r)
         if len(stamped) == 1:  # one statement: its own transaction
             with self._p.read() as conn:
-                return upsert(conn, stamped)
-        with self._p.tx() as conn:
-            return upsert(conn, stamped)
+                done = upsert(conn, stamped)
+        else:
+            with self._p.tx() as conn:
+                done = upsert(conn, stamped)
+        for ns, n in Counter(r["namespace"] for r in stamped).items():
+            self._frequencies.wrote(ns, n)
+        return done
 
     @contextlib.contextmanager
     def bulk_load(self) -> Iterator[bool]:
@@ -188,6 +198,7 @@ class PgEngine:
         finally:
             self._sizes.forget()
             self._coherence.forget()
+            self._frequencies.forget()
 
     def _load(self, conn: Conn, ns: str, id: str) -> tuple[dict[str, Any], Any]:
         """The row as a core row dict (plus its embedding), locked for update."""
@@ -221,6 +232,7 @@ class PgEngine:
             conn.execute(UPSERT, write_values(row))
             r = conn.execute(f"SELECT {SELECT} FROM memories WHERE id = %s", (id,)).fetchone()
         assert r is not None
+        self._frequencies.wrote(namespace, 1)
         return to_memory(r)
 
     def delete(self, namespace: str, id: str) -> Memory:
@@ -231,6 +243,7 @@ class PgEngine:
             ).fetchone()
         if r is None:
             raise _not_found(namespace, id)
+        self._frequencies.wrote(namespace, 1)
         return to_memory(r)
 
     def _modify(self, sql: str, params: dict[str, Any], ns: str, id: str) -> None:
@@ -328,6 +341,7 @@ class PgEngine:
                 f"memory not found: id {id!r} in namespace {namespace!r} does not expire by "
                 "the cutoff"
             )
+        self._frequencies.wrote(namespace, 1)
         return to_memory(r)
 
     def sweep_expired(self, now: int, limit: int) -> list[str]:
@@ -348,6 +362,7 @@ class PgEngine:
             rows = conn.execute(
                 "DELETE FROM memories WHERE namespace = %s RETURNING tier", (namespace,)
             ).fetchall()
+        self._frequencies.forget(namespace)
         return [r[0] for r in rows]
 
     def reassign(self, from_ns: str, ids: list[str], to_ns: str) -> int:
@@ -355,10 +370,13 @@ class PgEngine:
         if from_ns == to_ns or not ids:
             return 0
         with self._p.read() as conn:
-            return conn.execute(
+            moved = conn.execute(
                 "UPDATE memories SET namespace = %s WHERE namespace = %s AND id = ANY(%s)",
                 (to_ns, from_ns, list(ids)),
             ).rowcount
+        self._frequencies.wrote(from_ns, moved)
+        self._frequencies.wrote(to_ns, moved)
+        return moved
 
     def setting(self, key: str) -> str | None:
         with self._p.read() as conn:
@@ -610,17 +628,26 @@ class PgEngine:
     ) -> builtins.list[Scored]:
         """PostgreSQL full-text search: the query's words (>= 2 letters/digits, case- and
         accent-folded) OR-ed, English stemming and stopwords (the ``english``
-        configuration), ranked by ``ts_rank`` (term frequency in the row, no corpus-wide
-        inverse document frequency and no length normalisation, unlike BM25)."""
+        configuration), ranked by the sum of each word's ``ts_rank`` (its weight in the row,
+        no length normalisation) times its inverse document frequency in the namespace
+        (BM25's idf, from cached counts: `memini.postgres._frequencies`)."""
         words = query_words(query)
         if not words:
             return []
-        params: dict[str, Any] = {"ns": namespace, "tsq": " | ".join(words)}
-        sql = keyword_sql(where(filter, params), k)
         with self._p.read() as conn:
+            weights = self._weights(conn, [namespace], words)
+            params = keyword_params(words, weights)
+            params["ns"] = namespace
+            sql = keyword_sql(where(filter, params), k, len(weights))
             rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
         rows.sort(key=lambda r: (-r[-1], r[0]))
         return [Scored(to_memory(r), float(r[-1])) for r in rows]
+
+    def _weights(
+        self, conn: Conn, namespaces: builtins.list[str], words: builtins.list[str]
+    ) -> builtins.list[tuple[str, float]]:
+        """The query words that weigh and their idf over ``namespaces``."""
+        return self._frequencies.weights(conn, namespaces, words, partial(self._sizes.rows, conn))
 
     def recall(
         self,
@@ -641,9 +668,9 @@ class PgEngine:
         statement (one snapshot), the core's fusion rule (`memini._core.fuse`, the one the
         embedded recall runs, with each namespace's coherence measured as there:
         `memini.postgres._coherence`), then the full rows of the final ``k`` in a second
-        statement. ``keyword_half`` is a BM25 score and ``ts_rank`` is not one (it has no document
-        frequencies, so its best score never says the words matched are in every row): the
-        keyword leg keeps its full weight here.
+        statement. ``keyword_half`` is a BM25 score and the keyword leg's rank is not one
+        (``ts_rank`` times idf, on another scale): the keyword leg keeps its full weight
+        here.
         A final row deleted between the two makes the recall run again (up to
         `_RECALL_ATTEMPTS` times; then it is left out)."""
         seen: set[str] = set()
@@ -653,8 +680,7 @@ class PgEngine:
                 seen.add(ns)
                 uniq.append((i, ns, tiers))
         words = query_words(query) if query.strip() else []
-        tsq = " | ".join(words) if words else None
-        if vector is None and tsq is None:
+        if vector is None and not words:
             return []
         found: builtins.list[Recalled] = []
         for _ in range(_RECALL_ATTEMPTS):
@@ -662,7 +688,7 @@ class PgEngine:
                 order, cands = self._fuse(
                     conn,
                     uniq,
-                    tsq,
+                    words,
                     vector,
                     filter,
                     k,
@@ -695,7 +721,7 @@ class PgEngine:
         self,
         conn: Conn,
         uniq: builtins.list[tuple[int, str, builtins.list[str] | None]],
-        tsq: str | None,
+        words: builtins.list[str],
         vector: npt.NDArray[np.float32] | None,
         spec: FilterSpec,
         k: int,
@@ -719,7 +745,11 @@ class PgEngine:
         # neighbour context weighs each namespace by its coherence: measured only when used,
         # and the neighbours are not read at all when no namespace searched has any
         coherence = [0.0] * (max((i for i, _, _ in uniq), default=0) + 1)
-        neighbours = context > 0 and vector is not None and tsq is not None
+        keyword, weights = None, []
+        if words:
+            weights = self._weights(conn, [ns for _, ns, _ in uniq], words)
+            keyword = keyword_params(words, weights)
+        neighbours = context > 0 and vector is not None and keyword is not None
         if neighbours:
             for i, ns, _ in uniq:
                 coherence[i] = self._coherence.of(conn, ns)
@@ -730,7 +760,8 @@ class PgEngine:
             spec,
             [(ns, tiers) for _, ns, tiers in uniq],
             graph,
-            tsq,
+            keyword,
+            len(weights),
             pool,
             neighbours,
         )

@@ -34,6 +34,7 @@ import psycopg
 
 from memini.errors import ConflictError
 from memini.postgres._rows import WRITE_COLUMNS, write_values
+from memini.postgres._search import TS_CONFIG
 
 if TYPE_CHECKING:
     from memini.postgres._pool import Conn, Pool
@@ -64,7 +65,6 @@ LOAD_LOCK: Final = 0x6D656D6A
 # and the most maintenance_work_mem a build asks for (kB)
 _GRAPH_BYTES: Final = 600
 _MAX_BUILD_KB: Final = 2 * 1024 * 1024
-_TS_CONFIG: Final = "english"
 _UPDATE: Final = ", ".join(
     f"{c} = excluded.{c}" for c in (*WRITE_COLUMNS, "words") if c not in ("id", "created_at")
 )
@@ -74,7 +74,7 @@ _CONFLICT: Final = (
 UPSERT: Final = (
     f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, words) VALUES ("
     + ", ".join(f"%({c})s" for c in WRITE_COLUMNS)
-    + f", to_tsvector('{_TS_CONFIG}', %(words)s)) {_CONFLICT} RETURNING (xmax = 0)"
+    + f", to_tsvector('{TS_CONFIG}', %(words)s)) {_CONFLICT} RETURNING (xmax = 0)"
 )
 """The upsert of one row (`memini.postgres._rows.write_values` as its parameters)."""
 _STAGE_COLUMNS: Final = ("ord", *WRITE_COLUMNS, "words")
@@ -107,7 +107,7 @@ _STAGE_TYPES: Final = {
 _FROM_STAGE: Final = (
     f"INSERT INTO memories ({', '.join(WRITE_COLUMNS)}, words) SELECT "
     + ", ".join("meta::jsonb" if c == "meta" else c for c in WRITE_COLUMNS)
-    + f", to_tsvector('{_TS_CONFIG}', words) FROM memini_stage ORDER BY ord {_CONFLICT} "
+    + f", to_tsvector('{TS_CONFIG}', words) FROM memini_stage ORDER BY ord {_CONFLICT} "
     "RETURNING id, (xmax = 0)"
 )
 

@@ -14,7 +14,11 @@ plans, relaxed iterative scans), built per filter shape with ``k`` written into 
   namespace index. It runs when the client asks for it (``graph`` false) or when the walk
   found fewer than ``k`` rows (a filter passing few rows), so a search returns exactly
   ``min(k, matching rows with a vector)``.
-- **keyword**: full-text match through the GIN index on ``words``, ranked by ``ts_rank``.
+- **keyword**: full-text match through the GIN index on ``words``, ranked by the sum over
+  the query's words of ``ts_rank`` (the word's weight in the row) times the word's inverse
+  document frequency in the namespaces searched (`memini.postgres._frequencies`: cached
+  counts, passed as parameters): a word in nearly every row there (a user's name in their
+  own facts) weighs nearly nothing.
 - **recall**: both legs of every source namespace and the candidates' timeline neighbours in
   one statement, returning only what the fusion needs (the candidates' standing columns and
   the vector leg's vectors); a second statement reads the full rows of the final ``k``.
@@ -47,7 +51,9 @@ __all__ = [
     "MAX_EF_SEARCH",
     "REFRESH_SECONDS",
     "STANDING",
+    "TS_CONFIG",
     "Sizes",
+    "keyword_params",
     "keyword_sql",
     "recall_sql",
     "vector_sql",
@@ -61,14 +67,13 @@ REFRESH_SECONDS: Final = 60.0
 # time (measured with benches/bench_postgres.py: an unfiltered walk at ef_search 64 costs
 # what an exact scan of ~800 rows does)
 _WALK_COST: Final = 12.0
-_TS_CONFIG: Final = "english"
-_FTS: Final = f"to_tsquery('{_TS_CONFIG}', %(tsq)s)"
+TS_CONFIG: Final = "english"
+"""The text search configuration of the keyword index and its queries."""
 # a query of stopwords alone (empty in the english configuration) searches its words as
 # they are, unindexed (as the embedded store keeps them when nothing else is left)
 _PLAIN_DOC: Final = (
     "to_tsvector('simple', content || ' ' || summary || ' ' || array_to_string(tags, ' '))"
 )
-_PLAIN_Q: Final = "to_tsquery('simple', %(tsq)s)"
 
 STANDING: Final = (
     "id",
@@ -142,32 +147,55 @@ def vector_sql(metric: str, dims: int, cond: str, k: int) -> str:
     return f"WITH {ctes} {rows}"
 
 
-def _keyword_ranked(cond: str, k: int, cols: str = "ctid AS t") -> str:
+def keyword_params(words: Sequence[str], weights: Sequence[tuple[str, float]]) -> dict[str, Any]:
+    """The keyword leg's parameters: the query's ``words`` (`memini.postgres._rows.
+    query_words`) OR-ed, and those that weigh one by one with their weights
+    (`memini.postgres._frequencies.Frequencies.weights`)."""
+    params: dict[str, Any] = {"tsq": " | ".join(words)}
+    for j, (word, idf) in enumerate(weights):
+        params[f"kw{j}"], params[f"ki{j}"] = word, idf
+    return params
+
+
+def _keyword_ranked(cond: str, k: int, terms: int, cols: Sequence[str]) -> str:
     """The keyword leg over ``cond`` (namespace included): ``cols`` and the rank of the best
-    ``k`` rows. The query is parsed once, in ``FROM``; the rows come from the GIN index on
-    ``words`` (``cond`` is opaque, see `_opaque`: written plainly, the generic plan of a
-    large namespace read the whole namespace through its btree index instead). A query of
-    stopwords alone searches its words as they are, unindexed, as the embedded store keeps
-    them when nothing else is left."""
-    return (
-        f"(SELECT {cols}, ts_rank(words, q)::float8 AS rank FROM memories, {_FTS} q "
-        f"WHERE numnode({_FTS}) > 0 AND words @@ q AND {_opaque(cond)} "
-        f"ORDER BY rank DESC, id LIMIT {k}) UNION ALL "
-        f"(SELECT {cols}, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, {_PLAIN_Q} q "
-        f"WHERE numnode({_FTS}) = 0 AND {_PLAIN_DOC} @@ q AND {cond} "
-        f"ORDER BY rank DESC, id LIMIT {k})"
-    )
+    ``k`` rows, each of the ``terms`` words' ``ts_rank`` times its weight (`keyword_params`).
 
-
-def keyword_sql(cond: str, k: int) -> str:
-    """The keyword search of one namespace (``%(ns)s``, ``%(tsq)s``, the filter's
-    parameters): rows of ``SELECT`` plus the rank, in no order (best first is by rank
-    descending, then id)."""
+    The queries are parsed once, in ``FROM``; the rows come from the GIN index on ``words``
+    (``cond`` is opaque, see `_opaque`: written plainly, the generic plan of a large
+    namespace read the whole namespace through its btree index instead). Each row's
+    ``words`` is read once, into ``d`` (a copy, kept from the planner by ``OFFSET 0``):
+    long rows keep it out of line, and each word's ``ts_rank`` read it from there again
+    (6% of a two-word statement's time, 20% at seven words). The ``cols`` are read for the
+    best ``k`` alone, by their ``ctid``. A query of stopwords alone (no word weighs,
+    ``terms`` 0) searches its words as they are, unindexed, ranked by ``ts_rank`` alone, as
+    the embedded store keeps them when nothing else is left."""
+    if terms == 0:
+        ranked = (
+            f"SELECT ctid AS t, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, "
+            f"to_tsquery('simple', %(tsq)s) q WHERE {_PLAIN_DOC} @@ q AND {cond} "
+            f"ORDER BY rank DESC, id LIMIT {k}"
+        )
+    else:
+        queries = "".join(f", to_tsquery('{TS_CONFIG}', %(kw{j})s) q{j}" for j in range(terms))
+        rank = " + ".join(f"ts_rank(d, q{j}) * %(ki{j})s" for j in range(terms))
+        ranked = (
+            f"SELECT t, ({rank})::float8 AS rank FROM (SELECT ctid AS t, id AS o, "
+            f"setweight(words, 'D') AS d{''.join(f', q{j}' for j in range(terms))} "
+            f"FROM memories, to_tsquery('{TS_CONFIG}', %(tsq)s) q{queries} "
+            f"WHERE words @@ q AND {_opaque(cond)} OFFSET 0) x ORDER BY rank DESC, o LIMIT {k}"
+        )
     return (
-        f"SELECT {', '.join(f'm.{c}' for c in COLUMNS)}, x.rank FROM "
-        f"({_keyword_ranked(f'namespace = %(ns)s AND {cond}', k)}) x "
+        f"SELECT {', '.join(f'm.{c}' for c in cols)}, x.rank FROM ({ranked}) x "
         "JOIN memories m ON m.ctid = x.t"
     )
+
+
+def keyword_sql(cond: str, k: int, terms: int) -> str:
+    """The keyword search of one namespace (``%(ns)s``, `keyword_params` of ``terms``
+    weighing words, the filter's parameters): rows of ``SELECT`` plus the rank, in no order
+    (best first is by rank descending, then id)."""
+    return _keyword_ranked(f"namespace = %(ns)s AND {cond}", k, terms, COLUMNS)
 
 
 def recall_sql(
@@ -176,7 +204,8 @@ def recall_sql(
     spec: FilterSpec,
     sources: Sequence[tuple[str, list[str] | None]],
     graph: Sequence[bool] | None,
-    tsq: str | None,
+    keyword: dict[str, Any] | None,
+    terms: int,
     pool: int,
     context: bool,
 ) -> tuple[str, dict[str, Any]]:
@@ -188,7 +217,8 @@ def recall_sql(
         spec: The filter (the same for every source).
         sources: (namespace, the tiers it may contribute or None for all), each namespace once.
         graph: Per source, whether its vector leg walks the graph; None: no vector leg.
-        tsq: The keyword leg's ``to_tsquery`` text; None: no keyword leg.
+        keyword: The keyword leg's `keyword_params`; None: no keyword leg.
+        terms: The keyword leg's weighing words.
         pool: Candidates per leg and source.
         context: Whether to add each candidate's timeline neighbours.
 
@@ -226,15 +256,15 @@ def recall_sql(
                 f"embedding, NULL::float8 AS rank "
                 f"FROM ({rows}) v{i}(x, {_CANDIDATE}, embedding)"
             )
-        if tsq is not None:
-            ranked = _keyword_ranked(scond, pool, _CANDIDATE)
+        if keyword is not None:
+            ranked = _keyword_ranked(scond, pool, terms, (*STANDING, *_PLACE))
             ctes.append(f"k{i} AS MATERIALIZED ({ranked})")
             legs.append(
                 f"SELECT 'k' AS leg, {i} AS src, {_CANDIDATE}, NULL::vector AS embedding, "
                 f"rank FROM k{i}"
             )
-    if tsq is not None:
-        params["tsq"] = tsq
+    if keyword is not None:
+        params.update(keyword)
     out = ", ".join(f"l.{c}" for c in STANDING)
     sql = (
         f"WITH {', '.join(ctes)}, legs AS ({' UNION ALL '.join(legs)}) "
@@ -338,6 +368,11 @@ class Sizes:
         with self._lock:
             self._snap = fresh
         return fresh
+
+    def rows(self, conn: Conn, namespace: str) -> float:
+        """The estimated row count of ``namespace``."""
+        snap = self._snapshot(conn)
+        return snap.ns.get(namespace, snap.ns_other) * snap.rows
 
     def plan(
         self,
