@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -581,6 +582,54 @@ def test_a_full_event_queue_drops_rows_and_counts_them(tmp_path: Path) -> None:
         assert "memini_event_rows_dropped 2.0" in metrics
     finally:
         server.stop()
+
+
+def test_a_stop_under_load_logs_every_call_the_front_answered(tmp_path: Path) -> None:
+    """A clean stop waits for the calls the front is answering itself before the event log
+    closes: after it, the rows of every call answered 200 are in the log (the calls here
+    last long enough to be in flight when the stop begins; before the fix their rows were
+    queued after the recorder's last batch and lost)."""
+    dims, rows, queries = 2_048, 4_000, 1_024  # a call: ~0.3 s in the front, 1,024 rows
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, front=True, event_queue=1 << 24)
+    server = Server.open(tmp_path / "s", dims=dims, options=opts)
+    rng = np.random.default_rng(34)
+    vectors = rng.random((rows, dims), dtype=np.float32).tolist()
+    server.service.store.upsert_many(
+        [
+            Memory(id=f"m{i}", namespace="load", content="x", embedding=v)
+            for i, v in enumerate(vectors)
+        ]
+    )
+    body = wire.dumps(
+        {"namespace": "load", "vectors": rng.random((queries, dims)).tolist(), "k": 1}
+    )
+    url = f"{server.start()}/v1/vector_search_many"
+    logged: list[int] = []  # the rows each answered call logs: one per hit
+
+    def client() -> None:
+        with httpx.Client(timeout=120, headers={"authorization": _bearer(ADMIN)}) as c:
+            while True:
+                try:
+                    r = c.post(url, content=body)
+                except httpx.TransportError:
+                    return
+                if r.status_code != 200:
+                    return
+                logged.append(r.content.count(b'"score":'))  # not parsed: the GIL stays free
+
+    clients = [threading.Thread(target=client) for _ in range(4)]
+    for t in clients:
+        t.start()
+    front, deadline = server.service.front, time.monotonic() + 60
+    assert front is not None
+    while time.monotonic() < deadline and not (logged and not front.idle(0.0)):
+        time.sleep(0.001)  # until a call is answered and another just began in the front
+    server.stop()
+    for t in clients:
+        t.join()
+    assert logged
+    with memini.Store.open(tmp_path / "s") as store:
+        assert len(store.list_events(EventFilter(namespace="load"))) == sum(logged)
 
 
 _TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)

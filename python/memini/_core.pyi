@@ -286,8 +286,9 @@ class Front:
     """The HTTP front of ``memini serve --front`` (rust/serve): bound to ``host:port`` at once,
     serving from ``serve`` (auth from the keys of ``set_keys``; the hot routes answered from
     ``engine``, every other request forwarded to the app on the Unix socket ``app`` with
-    ``token``) until ``stop``; ``wait`` waits up to ``timeout`` s for its connections to
-    end; ``observed`` takes the (route, seconds) of the calls it answered itself since the
+    ``token``) until ``stop``; ``idle`` waits up to ``timeout`` s for none of the calls it
+    answers itself to be in flight (after ``stop`` none starts), ``wait`` for its connections
+    to end; ``observed`` takes the (route, seconds) of the calls it answered itself since the
     last take, and how many more it answered without keeping their latency; ``take_events``
     the searches it answered since the last take (up to ``event_rows`` rows queued; none
     when 0), for their event rows:
@@ -327,6 +328,7 @@ class Front:
     def observed(self) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]: ...
     def set_keys(self, open: bool, keys: list[tuple[str, str, str, str, bool]]) -> None: ...
     def stop(self) -> None: ...
+    def idle(self, timeout: float) -> bool: ...
     def wait(self, timeout: float) -> bool: ...
 
 @final

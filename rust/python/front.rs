@@ -102,6 +102,11 @@ impl PyFront {
         self.front.stop();
     }
 
+    /// Wait up to `timeout` s for no call answered here to be in flight; whether none is.
+    fn idle(&self, py: Python<'_>, timeout: f64) -> bool {
+        py.detach(|| self.front.idle(Duration::from_secs_f64(timeout)))
+    }
+
     fn wait(&self, py: Python<'_>, timeout: f64) -> bool {
         py.detach(|| self.front.wait(Duration::from_secs_f64(timeout)))
     }

@@ -23,7 +23,6 @@ mod wire;
 use std::convert::Infallible;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +35,7 @@ use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpSocket, UnixStream};
 use tokio::sync::{watch, Semaphore};
@@ -69,10 +68,57 @@ struct Shared {
     limits: Limits,
     /// The store's engine, for the routes answered here (None: every route forwarded).
     engine: Option<Arc<Engine>>,
-    stopping: Arc<AtomicBool>,
+    native: Arc<Native>,
     observed: Arc<Observed>,
     /// Where the calls answered here queue their event rows (None: no event log).
     events: Option<Arc<Events>>,
+}
+
+/// The calls being answered here, counted so that the server's shutdown waits for them
+/// (their event rows) before its event log closes: none starts once stopping.
+#[derive(Default)]
+struct Native {
+    /// (calls in flight, stopping)
+    state: Mutex<(usize, bool)>,
+    idle: Condvar,
+}
+
+/// A call counted in [`Native`] until dropped.
+struct InFlight<'a>(&'a Native);
+
+impl Native {
+    /// A new call counted, None once stopping.
+    fn enter(&self) -> Option<InFlight<'_>> {
+        let mut state = self.state.lock();
+        if state.1 {
+            return None;
+        }
+        state.0 += 1;
+        Some(InFlight(self))
+    }
+
+    fn stop(&self) {
+        self.state.lock().1 = true;
+    }
+
+    /// Wait up to `timeout` for no call in flight; whether none is.
+    fn idle(&self, timeout: Duration) -> bool {
+        let mut state = self.state.lock();
+        !self
+            .idle
+            .wait_while_for(&mut state, |s| s.0 > 0, timeout)
+            .timed_out()
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock();
+        state.0 -= 1;
+        if state.0 == 0 {
+            self.0.idle.notify_all();
+        }
+    }
 }
 
 /// Latencies of the calls answered here since the last scrape (bounded: beyond
@@ -119,7 +165,7 @@ pub struct Front {
     stop: watch::Sender<bool>,
     done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     keys: Arc<RwLock<Arc<Keys>>>,
-    stopping: Arc<AtomicBool>,
+    native: Arc<Native>,
     observed: Arc<Observed>,
     events: std::sync::OnceLock<Arc<Events>>,
 }
@@ -154,7 +200,7 @@ impl Front {
             stop: watch::channel(false).0,
             done: Mutex::new(None),
             keys: Arc::default(),
-            stopping: Arc::default(),
+            native: Arc::default(),
             observed: Arc::default(),
             events: std::sync::OnceLock::new(),
         })
@@ -190,7 +236,7 @@ impl Front {
             token,
             limits,
             engine,
-            stopping: self.stopping.clone(),
+            native: self.native.clone(),
             observed: self.observed.clone(),
             events: (event_rows > 0).then(|| {
                 self.events
@@ -212,10 +258,12 @@ impl Front {
         *self.keys.write() = Arc::new(keys);
     }
 
-    /// Stop accepting and close connections once their request in flight is answered
-    /// (idle ones at once). Returns at once; `wait` waits for the end.
+    /// Stop accepting, answer no more calls here (they go to the app, which refuses them
+    /// while stopping) and close connections once their request in flight is answered
+    /// (idle ones at once). Returns at once; `wait` waits for the end, `idle` for the calls
+    /// answered here.
     pub fn stop(&self) {
-        self.stopping.store(true, Ordering::SeqCst);
+        self.native.stop();
         self.stop.send_replace(true);
         self.listener.lock().take();
     }
@@ -233,6 +281,12 @@ impl Front {
     /// Event rows dropped since the start because the queue was full.
     pub fn events_dropped(&self) -> u64 {
         self.events.get().map_or(0, |e| e.dropped())
+    }
+
+    /// Wait up to `timeout` for no call answered here to be in flight (after `stop`: for
+    /// good, their event rows queued); whether none is.
+    pub fn idle(&self, timeout: Duration) -> bool {
+        self.native.idle(timeout)
     }
 
     /// Wait up to `timeout` for the connections to end after `stop`; whether they did.
@@ -409,11 +463,12 @@ fn answer_here(
     t0: Instant,
 ) -> Option<Response<Body>> {
     let engine = shared.engine.as_deref()?;
-    if parts.method != hyper::Method::POST || shared.stopping.load(Ordering::SeqCst) {
+    if parts.method != hyper::Method::POST {
         return None;
     }
     let route = parts.uri.path().strip_prefix("/v1/")?;
     let route = native::ROUTES.into_iter().find(|r| *r == route)?;
+    let _counted = shared.native.enter()?;
     let call = native::Call {
         engine,
         keys,

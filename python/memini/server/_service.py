@@ -156,8 +156,12 @@ class Service:
             return self._idle.wait_for(lambda: self._inflight == 0, timeout)
 
     def close(self) -> None:
-        """Drain, write the queued event rows, close the store."""
+        """Drain, stop the front's own calls (their rows queue in it), write the queued
+        event rows, close the store."""
         self.drain()
+        if self.front is not None:
+            self.front.stop()
+            self.front.idle(30.0)
         if self.recorder is not None:
             self.recorder.close()
         self.store.close()
