@@ -111,9 +111,9 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenS
     """Factory ``open_store(dims=4, metric=None)`` for a fresh store of the parametrised kind.
 
     ``remote``: an in-memory store served by `memini.server.Server` on 127.0.0.1 (a free
-    port, uvicorn in a thread, the admin secret `ADMIN`, no event log of served calls: the
-    tests read the log, served backups below the test's ``tmp_path``) and a `RemoteStore`
-    connected to it as admin; one server per store.
+    port, the front with uvicorn behind it in a thread, the admin secret `ADMIN`, no event
+    log of served calls: the tests read the log, served backups below the test's
+    ``tmp_path``) and a `RemoteStore` connected to it as admin; one server per store.
     Stores and servers it opened are closed at teardown.
     """
     from memini import Store

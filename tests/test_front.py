@@ -247,14 +247,14 @@ def test_malformed_bodies_are_json_errors_and_change_nothing(
 
 @pytest.mark.parametrize("front", [False, True])
 def test_serve_puts_the_front_before_the_app_only_with_front(tmp_path: Path, front: bool) -> None:
-    """``memini serve`` runs uvicorn on the public socket itself (no app socket behind it);
-    ``--front`` puts the front there and the app on a private Unix socket. Both serve, and
-    both stop on SIGTERM leaving no private directory."""
+    """``memini serve --no-front`` runs uvicorn on the public socket itself (no app socket
+    behind it); ``--front`` (the default) puts the front there and the app on a private
+    Unix socket. Both serve, and both stop on SIGTERM leaving no private directory."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     argv = [sys.executable, "-m", "memini.cli", "serve", "--store", str(tmp_path / "s")]
-    argv += ["--dims", "4", "--port", str(port), *(["--front"] if front else [])]
+    argv += ["--dims", "4", "--port", str(port), "--front" if front else "--no-front"]
     proc = subprocess.Popen(
         argv, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(tmp_path)}
     )

@@ -55,12 +55,13 @@ def mem(id: str, ns: str, content: str = "", v: float | None = 1.0) -> Memory:
     )
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Server]:
+@pytest.fixture(params=[True, False], ids=["front", "no-front"])
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
     """A server over an on-disk store with an admin secret, two API keys (homes ``team/a``
     and ``team/b``) and a few rows in ``team/a``, ``team/a/sub``, ``team/ab`` (a prefix
-    trap) and ``team/b``."""
-    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False)
+    trap) and ``team/b``; behind the front (the default) and with uvicorn on the public
+    socket (``front=False``)."""
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, front=request.param)
     server = Server.open(tmp_path / "store", dims=4, options=opts)
     store = server.service.store
     store.put_api_key(APIKey("a", hash_api_key(KEY_A), home_ns="team/a", default_ns="team/a"))

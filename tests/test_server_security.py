@@ -335,9 +335,13 @@ def _slow_header(port: int) -> socket.socket:
     return sock
 
 
-def test_slow_headers_are_cut_off_and_connections_capped() -> None:
-    """1,100 connections sending their headers slowly made every normal request fail."""
-    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, header_timeout=0.5, max_connections=16)
+@pytest.mark.parametrize("front", [True, False])
+def test_slow_headers_are_cut_off_and_connections_capped(front: bool) -> None:
+    """1,100 connections sending their headers slowly made every normal request fail (with
+    the front and with uvicorn on the public socket)."""
+    opts = ServerOptions(
+        port=0, admin_key=ADMIN, mcp=False, header_timeout=0.5, max_connections=16, front=front
+    )
     server = Server.open(None, dims=4, options=opts)
     url = server.start()
     try:
@@ -355,8 +359,9 @@ def test_slow_headers_are_cut_off_and_connections_capped() -> None:
         server.stop()
 
 
-def test_mcp_bodies_have_the_same_limits(tmp_path: Path) -> None:
-    opts = ServerOptions(port=0, admin_key=ADMIN, max_body=1000, body_timeout=0.5)
+@pytest.mark.parametrize("front", [True, False])
+def test_mcp_bodies_have_the_same_limits(tmp_path: Path, front: bool) -> None:
+    opts = ServerOptions(port=0, admin_key=ADMIN, max_body=1000, body_timeout=0.5, front=front)
     server = Server.open(None, dims=4, options=opts)
     url = server.start()
     headers = {

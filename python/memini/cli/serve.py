@@ -135,15 +135,17 @@ def add_parsers(sub: Any, store_arg: Any, metrics: tuple[str, ...], positive: An
         "--max-connections",
         type=positive,
         default=2048,
-        help="open connections at once, more are answered 503 (2048; keep below ulimit -n, "
-        "a third of it with --front: each then holds three descriptors)",
+        help="open connections at once, more are answered 503 (2048; keep below a third of "
+        "ulimit -n: behind the front each holds three descriptors)",
     )
     sp.add_argument(
         "--front",
-        action="store_true",
-        help="listen with the HTTP front in the core: auth decided there, limits on every "
-        "route, count answered without the GIL; other routes are forwarded to the app, "
-        "which costs more server CPU per call than serving it directly (the default)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="listen with the HTTP front in the core (the default): auth decided there, "
+        "limits on every route, count, get, the searches and recall with a vector answered "
+        "without the GIL, other routes forwarded to the app; --no-front serves the app on "
+        "uvicorn directly",
     )
     sp.add_argument("--no-events", action="store_true", help="do not log served calls")
     sp.add_argument(

@@ -5,18 +5,18 @@ REST/JSON under ``/v1`` (one ``POST /v1/<method>`` per `Store` method, arguments
 ``/mcp``; `memini.client.RemoteStore` is the client. Needs the ``memini[server]`` extra
 (Starlette, uvicorn, orjson, mcp); ``import memini`` never imports this package.
 
-The stack, chosen by measurement (README, "Serving"): Starlette on uvicorn (uvloop +
-httptools, each answer sent in one write: `memini.server._http`), bodies with orjson,
-listening on the public address. With ``front=True`` (``memini serve --front``) the HTTP
-front in the core (`memini._core.Front`, rust/serve: hyper on a tokio runtime with a thread
-per core) listens there instead: it decides auth once per request from the key snapshot the
-gate pushes to it (`Gate.attach`), applies the body and header limits and the connection
-cap, answers ``count`` itself and forwards the rest to the app, which then listens on a Unix
-socket in a private (0700) directory and believes the front's decision only beside a
-per-process random token. Opt-in until the hot routes are native: each forwarded call costs
-more server CPU than the direct path (README, "Serving").
+The stack, chosen by measurement (README, "Serving"): the HTTP front in the core
+(`memini._core.Front`, rust/serve: hyper on a tokio runtime with a thread per core) listens
+on the public address (``front=True``, the default): it decides auth once per request from
+the key snapshot the gate pushes to it (`Gate.attach`), applies the body and header limits
+and the connection cap, answers ``count``, ``get``, the searches and ``recall`` with a
+vector itself, without the GIL, and forwards the rest to the app: Starlette on uvicorn
+(uvloop + httptools, each answer sent in one write: `memini.server._http`), bodies with
+orjson, on a Unix socket in a private (0700) directory, believing the front's decision only
+beside a per-process random token. With ``front=False`` (``memini serve --no-front``)
+uvicorn listens on the public address itself.
 SIGTERM/SIGINT stop accepting, answer 503 to new calls on open connections, finish those in
-flight, write the queued event rows and close the store.
+flight (the front's own included), write the queued event rows and close the store.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class ServerOptions:
         metrics_every: Seconds between refreshes of the live-row gauges of ``/metrics``.
         metrics_admin_only: ``/metrics`` needs the admin secret.
         front: Listen with the HTTP front in the core (auth, limits and the hot routes
-            there, the rest forwarded to the app) instead of uvicorn directly.
+            there, the rest forwarded to the app); False: uvicorn on the public address.
         event_queue: Event rows the front queues between two batches of the event log
             (every 0.2 s); the rows of a call that does not fit are dropped, never waited
             for, and counted in the served ``stats()["events_dropped"]`` and ``/metrics``.
@@ -101,7 +101,7 @@ class ServerOptions:
     backup_dir: str | os.PathLike[str] | None = None
     metrics_every: float = 15.0
     metrics_admin_only: bool = False
-    front: bool = False
+    front: bool = True
     event_queue: int = 65_536
 
 
