@@ -99,7 +99,8 @@ def _fts5_pass(con: sqlite3.Connection, queries: list[str]) -> list[list[str]]:
 
 
 def _overlap(a: list[list[Any]], b: list[list[Any]]) -> float:
-    """Mean top-10 overlap between two engines' result id lists (analyzers differ a bit)."""
+    """Mean top-10 overlap between two engines' result id lists (analyzers differ a bit, and
+    memini scales BM25's length normalisation down: 0.80 at 10k rows, 0.94 before)."""
     return float(
         np.mean([len(set(x) & set(y)) / max(1, len(y)) for x, y in zip(a, b, strict=True)])
     )

@@ -107,10 +107,11 @@ fn minmax(pool: &[(u64, f64, usize)]) -> impl Fn(f64) -> f64 {
 /// The share of its weight the keyword leg keeps under [`Fusion::Convex`]:
 /// `top / (top + half)`, `top` its best score; 1 when `half` is 0. A leg whose best row
 /// matches only words present in nearly every row searched (a user's name in their own
-/// facts: BM25 ~0.04) ranks its candidates by noise that min-max would spread over 0..1, so
+/// facts: BM25 ~0.06) ranks its candidates by noise that min-max would spread over 0..1, so
 /// it counts for little; a leg matching any word that tells rows apart (BM25 >= 1) keeps
-/// nearly all of it. BM25 scores a word found in a fraction `p` of the rows about
-/// `ln(1 / p)` (once, in a row of average length): `half` = 0.2 is a word in about 80%.
+/// nearly all of it. BM25 (length normalisation scaled down, `keyword::scope`) scores a word
+/// found once, in a row of average length, in a fraction `p` of the rows about
+/// `1.58 ln(1 / p)`: `half` = 0.2 is a word in about 88%.
 #[must_use]
 pub fn keyword_weight(top: f64, half: f64) -> f64 {
     if half > 0.0 {
@@ -304,10 +305,10 @@ mod tests {
     #[test]
     fn a_keyword_leg_counts_by_its_best_score() {
         assert!((keyword_weight(0.2, 0.2) - 0.5).abs() < 1e-12);
-        // a name in every row of the namespace (BM25 ~0.04) counts for little
-        assert!(keyword_weight(0.04, 0.2) < 0.2);
-        // one word that tells rows apart (a fifth of them: ln 5 ~ 1.6) keeps nearly all
-        assert!(keyword_weight(1.6, 0.2) > 0.88);
+        // a name in every row of the namespace (BM25 ~0.06) counts for little
+        assert!(keyword_weight(0.06, 0.2) < 0.25);
+        // one word that tells rows apart (a fifth of them: 1.58 ln 5 ~ 2.5) keeps nearly all
+        assert!(keyword_weight(2.5, 0.2) > 0.92);
         assert!(keyword_weight(10.0, 0.2) > 0.98);
         // 0 = the bare convex formula; a non-positive best score counts nothing
         assert!((keyword_weight(0.04, 0.0) - 1.0).abs() < f64::EPSILON);

@@ -593,7 +593,7 @@ def test_default_fusion_weighs_the_keyword_leg_by_its_best_score(
         rs = store.recall(NS, query, v, rerank=None, dedup=False)
         assert {r.memory.id: r.score for r in rs} == pytest.approx(want)
         if query == "dana":  # in every row: it weighs little, the best vector match wins
-            assert top < 0.1
+            assert top < 0.15  # 1.69 ln(1 + 0.5 / 7.5) ~ 0.11
             assert ids(rs)[0] == "b"
 
 

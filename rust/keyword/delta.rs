@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use tantivy::schema::Field;
 use tantivy::{DocId, Searcher};
 
@@ -45,6 +46,9 @@ pub(super) struct Delta {
     pub(super) oldest: Option<Instant>,
     /// Summed field norms of the alive documents of the searched segments.
     pub(super) committed_tokens: u64,
+    /// Per namespace met by a search: the summed field norms of its documents alive in the
+    /// searched segments (shadowed ones included), cleared when they change (see `scope`).
+    pub(super) namespace_tokens: Mutex<HashMap<String, u64>>,
     /// The rows changed here (a new document or a delete), at their latest sequence.
     changed: HashMap<u64, u64>,
     /// The committed documents, alive in the searched segments, of rows in `changed`: no
@@ -67,6 +71,7 @@ impl Delta {
             tokens: 0,
             oldest: None,
             committed_tokens,
+            namespace_tokens: Mutex::new(HashMap::new()),
             changed: HashMap::new(),
             shadowed: HashMap::new(),
             shadowed_docs: BTreeMap::new(),
@@ -102,6 +107,7 @@ impl Delta {
     pub(super) fn searching(&mut self, searcher: Searcher, committed_tokens: u64) -> Result<()> {
         self.searcher = searcher;
         self.committed_tokens = committed_tokens;
+        self.namespace_tokens.get_mut().clear();
         self.shadowed.clear();
         self.shadowed_docs.clear();
         let rids: Vec<u64> = self.changed.keys().copied().collect();
