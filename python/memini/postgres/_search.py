@@ -150,8 +150,8 @@ def vector_sql(metric: str, dims: int, cond: str, k: int, graph: bool) -> str:
     scan behind it, for when the walk comes up short; one that does not is the exact scan
     alone, a statement of its own. Behind the walk's CTE, the exact scan's gate put a
     ``Result`` node between the scan and the sort, a step for every matching row: alone,
-    a search under a 10% tag filter of 20,000 rows ran 1.21x as fast (server CPU 1.73
-    instead of 2.10 ms), under a 1% filter 1.09x (benches/bench_postgres.py's queries)."""
+    a search under a 10% tag filter of 20,000 rows ran 1.11-1.21x as fast, under a 1%
+    filter 1.09x (benches/bench_postgres.py's rows and queries, old and new alternating)."""
     op, cols = OPERATORS[metric], (*COLUMNS, "embedding")
     cond = f"namespace = %(ns)s AND embedding IS NOT NULL AND {cond}"
     if not graph or dims > HNSW_MAX_DIMS:
