@@ -591,9 +591,9 @@ class PgEngine:
         graph, ef = self._sizes.plan(conn, namespace, spec, None, k, self._breadth)
         if graph:
             use_ef_search(conn, ef)
-        params: dict[str, Any] = {"ns": namespace, "graph": graph}
+        params: dict[str, Any] = {"ns": namespace}
         cond = where(spec, params)
-        return vector_sql(self._metric, self._dims, cond, k), params
+        return vector_sql(self._metric, self._dims, cond, k, graph), params
 
     def vector_search(
         self, namespace: str, vector: npt.NDArray[np.float32], filter: FilterSpec, k: int
