@@ -27,6 +27,8 @@ install: venv  ## build the Rust core (release) and install memini + dev extras 
 
 test-rust:  ## cargo tests of the core (no Python), on the same release target
 	cargo test --release -q
+	# the HTTP front's own unit tests (rust/serve is built with the Python extension only)
+	cargo test --release -q --features serve --lib serve::
 
 test-py: install  ## the pytest suite (slow tests excluded)
 	$(PY) -m pytest -q -m "not slow"
