@@ -196,9 +196,9 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
             for i in range(100):
                 s.recall(NS, data.keyword_queries[i], data.queries[i], k=10)
             recall_cpu = min(recall_cpu, (time.process_time() - c0) / 100)
-    # the same rows for the front's server (`served_front`), copied while no one writes
-    shutil.rmtree(path.with_name("served-store-front"), ignore_errors=True)
-    shutil.copytree(path, path.with_name("served-store-front"))
+    # the same rows for the uvicorn server (`served_uvicorn`), copied while no one writes
+    shutil.rmtree(path.with_name("served-store-uvicorn"), ignore_errors=True)
+    shutil.copytree(path, path.with_name("served-store-uvicorn"))
     url, proc = _serve(path)
     yield {
         "url": url,
@@ -226,9 +226,10 @@ def _serve(path: Path, *flags: str) -> tuple[str, subprocess.Popen[bytes]]:
 
 
 @pytest.fixture(scope="module")
-def served_front(served: dict[str, Any], bench_dir: Path) -> Iterator[dict[str, Any]]:
-    """`served`'s rows (a copy) served with ``--front``: the HTTP front in the core."""
-    url, proc = _serve(bench_dir / "served-store-front", "--front")
+def served_uvicorn(served: dict[str, Any], bench_dir: Path) -> Iterator[dict[str, Any]]:
+    """`served`'s rows (a copy) served with ``--no-front``: the Starlette app on uvicorn,
+    without the HTTP front in the core."""
+    url, proc = _serve(bench_dir / "served-store-uvicorn", "--no-front")
     yield {"url": url, "proc": proc}
     _stop(proc)
 
@@ -359,17 +360,17 @@ def _recall_bodies(data: D.Dataset) -> list[str]:
 
 
 @pytest.mark.parametrize("route", ["vector_search", "recall"])
-def test_served_front_vs_default(
+def test_served_front_vs_uvicorn(
     benchmark: Any,
     served: dict[str, Any],
-    served_front: dict[str, Any],
+    served_uvicorn: dict[str, Any],
     data: D.Dataset,
     tmp_path: Path,
     pytestconfig: pytest.Config,
     route: str,
 ) -> None:
     """``vector_search`` / ``recall`` k=10, 4 client processes, against the same rows
-    served by the default path (uvicorn) and by the front (``--front``, the call answered
+    served by uvicorn (``--no-front``) and by the front (the default, the call answered
     in the core), two alternating runs each: the server's CPU per request (psutil, every
     thread) beside the in-process call's, and the GIL held per request (py-spy ``--gil``
     samples over a third run of each; skipped without py-spy)."""
@@ -377,7 +378,7 @@ def test_served_front_vs_default(
     bodies = _search_bodies(data) if route == "vector_search" else _recall_bodies(data)
     path = f"/v1/{route}"
     out: dict[str, Any] = {}
-    servers = {"default": served, "front": served_front}
+    servers = {"uvicorn": served_uvicorn, "front": served}
 
     def run() -> None:
         for rnd in (1, 2):
@@ -396,7 +397,7 @@ def test_served_front_vs_default(
             if held is not None:  # py-spy's window also covers the clients' start (idle)
                 out[f"{name}_gil_us_per_request"] = 1e6 * held / max(r["requests"], 1)
 
-    benchmark.group = f"server: {route} k=10, front vs default"
+    benchmark.group = f"server: {route} k=10, front vs uvicorn"
     benchmark.pedantic(run, rounds=1, iterations=1)
     in_cpu_us = 1e6 * served[f"in_process_{route}_cpu_s"]
     info: dict[str, Any] = {
@@ -415,7 +416,7 @@ def test_served_front_vs_default(
     info["goal_cpu_vs_in_process"] = 1.3
     info["goal_gil_us_per_request"] = 40
     benchmark.extra_info.update(info)
-    print(f"\n{route}, front vs default:", json.dumps(info, indent=1))
+    print(f"\n{route}, front vs uvicorn:", json.dumps(info, indent=1))
 
 
 def test_served_durable_single_upserts(
@@ -461,17 +462,7 @@ def test_served_recall(
     if not hasattr(memini.Store, "recall"):
         pytest.skip("this build has no Store.recall (API.md section 6)")
     seconds = _seconds(pytestconfig)
-    bodies = [
-        json.dumps(
-            {
-                "namespace": NS,
-                "query": data.keyword_queries[i],
-                "vector": data.queries[i].tolist(),
-                "k": 10,
-            }
-        )
-        for i in range(100)
-    ]
+    bodies = _recall_bodies(data)
     out: dict[str, Any] = {}
 
     def run() -> None:
