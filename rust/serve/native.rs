@@ -272,15 +272,10 @@ pub fn vector_search_many(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
         .engine
         .vector_search_many(&args.namespace, &queries, &live_rows(), k)
         .ok()?;
-    let mut json = Vec::with_capacity(results.len() * 5120 + 2);
-    json.push(b'[');
-    for (i, hits) in results.iter().enumerate() {
-        if i > 0 {
-            json.push(b',');
-        }
-        json.extend_from_slice(&wire::hits(hits)?);
-    }
-    json.push(b']');
+    let json = wire::array(&results, 5120, |out, hits| {
+        out.extend_from_slice(&wire::hits(hits)?);
+        Some(())
+    })?;
     if let Some(queue) = call.events {
         let namespaces = vec![args.namespace];
         let method = "vector_search_many";

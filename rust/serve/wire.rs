@@ -15,54 +15,60 @@ use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 
 use crate::types::{civil, Memory, Micros, Scored};
 
-/// `[{"memory": {...}, "score": s}, ...]`: a search's hits.
-#[must_use]
-pub fn hits(hits: &[Scored]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(hits.len() * 512 + 2);
+/// `[item, ...]`: each item written by `write` (`bytes_each`: a guess of its size).
+pub fn array<T>(
+    items: &[T],
+    bytes_each: usize,
+    mut write: impl FnMut(&mut Vec<u8>, &T) -> Option<()>,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(items.len() * bytes_each + 2);
     out.push(b'[');
-    for (i, h) in hits.iter().enumerate() {
+    for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(b"{\"memory\":");
-        memory(&mut out, &h.memory)?;
-        out.extend_from_slice(b",\"score\":");
-        float(&mut out, h.score);
-        out.push(b'}');
+        write(&mut out, item)?;
     }
     out.push(b']');
     Some(out)
 }
 
+/// `[{"memory": {...}, "score": s}, ...]`: a search's hits.
+#[must_use]
+pub fn hits(hits: &[Scored]) -> Option<Vec<u8>> {
+    array(hits, 512, |out, h| {
+        out.extend_from_slice(b"{\"memory\":");
+        memory(out, &h.memory)?;
+        out.extend_from_slice(b",\"score\":");
+        float(out, h.score);
+        out.push(b'}');
+        Some(())
+    })
+}
+
 /// `[{"memory", "score", "vector_score", "keyword_score", "via"}, ...]`: a recall's answer.
 #[must_use]
 pub fn recalled(found: &[crate::Recalled]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(found.len() * 600 + 2);
-    out.push(b'[');
-    for (i, r) in found.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    array(found, 600, |out, r| {
         out.extend_from_slice(b"{\"memory\":");
-        memory(&mut out, &r.memory)?;
+        memory(out, &r.memory)?;
         out.extend_from_slice(b",\"score\":");
-        float(&mut out, r.score);
+        float(out, r.score);
         for (name, v) in [
             (&b",\"vector_score\":"[..], r.vector_score),
             (b",\"keyword_score\":", r.keyword_score),
         ] {
             out.extend_from_slice(name);
             match v {
-                Some(f) => float(&mut out, f),
-                None => null(&mut out),
+                Some(f) => float(out, f),
+                None => null(out),
             }
         }
         out.extend_from_slice(b",\"via\":");
-        string(&mut out, &r.via);
+        string(out, &r.via);
         out.push(b'}');
-    }
-    out.push(b']');
-    Some(out)
+        Some(())
+    })
 }
 
 /// One memory's object (`get`'s answer).
