@@ -601,7 +601,7 @@ class PgEngine:
         with self._p.read() as conn:
             sql, params = self._vector_statement(conn, namespace, filter, k)
             params["q"] = vector
-            rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+            rows = conn.rows(sql, params)
         return [Scored(to_memory(r), s) for r, s in self._ranked(vector, rows, k)]
 
     def vector_search_many(
@@ -639,7 +639,7 @@ class PgEngine:
             params = keyword_params(words, weights)
             params["ns"] = namespace
             sql = keyword_sql(where(filter, params), k, len(weights))
-            rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+            rows = conn.rows(sql, params)
         rows.sort(key=lambda r: (-r[-1], r[0]))
         return [Scored(to_memory(r), float(r[-1])) for r in rows]
 
@@ -696,12 +696,7 @@ class PgEngine:
                     (fusion, fusion_param, context, quality, dedup),
                 )
                 ids = [cands[n][0] for n, *_ in order]
-                full = {
-                    r[0]: r
-                    for r in conn.execute(
-                        _BY_IDS, {"ids": ids}, binary=True, prepare=True
-                    ).fetchall()
-                }
+                full = {r[0]: r for r in conn.rows(_BY_IDS, {"ids": ids})}
             found = [
                 Recalled(
                     memory=to_memory(full[cands[n][0]]),
@@ -766,7 +761,7 @@ class PgEngine:
             neighbours,
         )
         params["q"] = vector
-        rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+        rows = conn.rows(sql, params)
         # per source: the exact scan's rows when it ran, else the walk's; the keyword rows
         width = len(STANDING)
         vrows: dict[int, builtins.list[tuple[Any, ...]]] = {}

@@ -56,10 +56,31 @@ _SESSION: Final = (
 )
 
 
+_KEEP_ROWS: Final = 1000
+"""A result of more rows closes `Conn.rows`'s cursor (it is not kept until the next call)."""
+
+
 class Conn(psycopg.Connection[Any]):
-    """A pooled connection that knows its session's ``hnsw.ef_search``."""
+    """A pooled connection that knows its session's ``hnsw.ef_search``, and runs the
+    prepared statements of searches through one cursor of its own (`Conn.rows`)."""
 
     ef_search: int = DEFAULT_EF_SEARCH
+    _binary: psycopg.Cursor[Any] | None = None
+
+    def rows(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` run as a prepared statement, values in binary.
+
+        One cursor serves every call of the connection: a cursor made per call looks up
+        the loader of each result column again and cost ~0.03 ms of client CPU per
+        search (a third of psycopg's share of a 10-row vector search)."""
+        cur = self._binary
+        if cur is None or cur.closed:
+            cur = self._binary = self.cursor(binary=True)
+        cur.execute(sql, params, prepare=True)
+        rows = cur.fetchall()
+        if len(rows) > _KEEP_ROWS:  # the cursor holds its result until the next call
+            cur.close()
+        return rows
 
 
 def use_ef_search(conn: Conn, ef: int) -> None:
