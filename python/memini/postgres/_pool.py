@@ -71,8 +71,8 @@ class Conn(psycopg.Connection[Any]):
         """The rows of ``sql`` run as a prepared statement, values in binary.
 
         One cursor serves every call of the connection: a cursor made per call looks up
-        the loader of each result column again and cost ~0.03 ms of client CPU per
-        search (a third of psycopg's share of a 10-row vector search)."""
+        the loader of each result column again (psycopg's client CPU for a 10-row vector
+        search: 0.14 ms with a cursor per call, 0.115 with this one)."""
         cur = self._binary
         if cur is None or cur.closed:
             cur = self._binary = self.cursor(binary=True)
