@@ -322,6 +322,27 @@ def test_searches_on_one_connection_answer_as_embedded_around_a_large_answer(
         assert all(before)
 
 
+def test_search_rows_carry_the_stored_vectors_bit_for_bit(pg_url: str) -> None:
+    """`Conn.rows` reads vectors as bytes and `stack_vectors` converts them all at once:
+    the same float32 values as stored (signed zeros, subnormals, extremes)."""
+    from memini.postgres._pool import stack_vectors
+
+    f32 = np.finfo(np.float32)
+    special = np.array([-0.0, f32.smallest_subnormal, -f32.max, f32.max, 1e-38, 1.0], np.float32)
+    vectors = np.random.default_rng(9).standard_normal((20, 6)).astype(np.float32)
+    vectors[::3] = special
+    with Store.open(pg_url, dims=6) as s:
+        s.upsert_many(
+            Memory(id=f"m{i:02d}", namespace="n", content="c", embedding=v)
+            for i, v in enumerate(vectors)
+        )
+        with s._engine._p.read() as conn:
+            rows = conn.rows("SELECT embedding FROM memories ORDER BY id", {})
+        got = stack_vectors([r[0] for r in rows])
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    assert got.tobytes() == vectors.tobytes()
+
+
 def _fill(s: Store) -> None:
     rng = np.random.default_rng(3)
     s.set_embed_model("test-model")

@@ -59,7 +59,14 @@ from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, up
 from memini.postgres._coherence import Coherence
 from memini.postgres._filter import LIVE_AT, order_by, where
 from memini.postgres._frequencies import Frequencies
-from memini.postgres._pool import DEFAULT_EF_SEARCH, Conn, Pool, translate, use_ef_search
+from memini.postgres._pool import (
+    DEFAULT_EF_SEARCH,
+    Conn,
+    Pool,
+    stack_vectors,
+    translate,
+    use_ef_search,
+)
 from memini.postgres._rows import SELECT, query_words, to_memory, write_values
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
 from memini.postgres._search import (
@@ -580,7 +587,7 @@ class PgEngine:
         hits = exact or [r[1:] for r in rows]
         if not hits:
             return []
-        scores = _core.vector_scores(self._metric, q, np.stack([r[-1] for r in hits]))
+        scores = _core.vector_scores(self._metric, q, stack_vectors([r[-1] for r in hits]))
         return sorted(zip(hits, scores, strict=True), key=lambda t: (-t[1], t[0][0]))[:k]
 
     def _vector_statement(
@@ -614,7 +621,7 @@ class PgEngine:
             sql, params = self._vector_statement(conn, namespace, filter, k)
             with conn.pipeline():
                 cursors = [
-                    conn.execute(sql, {**params, "q": q}, binary=True, prepare=True)
+                    conn.search_cursor().execute(sql, {**params, "q": q}, prepare=True)
                     for q in vectors
                 ]
             found = [c.fetchall() for c in cursors]
@@ -781,7 +788,7 @@ class PgEngine:
         if vector is not None and vrows:
             flat = [r for src in sorted(vrows) for r in vrows[src]]
             scores = _core.vector_scores(
-                self._metric, vector, np.stack([r[2 + width] for r in flat])
+                self._metric, vector, stack_vectors([r[2 + width] for r in flat])
             )
             at = 0
             for src in sorted(vrows):
