@@ -791,3 +791,93 @@ def test_search_details_of_equal_but_different_k_stay_apart() -> None:
         '{"method":"vector_search","caller":"a","k":2,"namespaces":["ns"]}',
         '{"method":"vector_search","caller":"a","k":2.0,"namespaces":["ns"]}',
     ]
+
+
+def _reference_search_rows(
+    op: str,
+    method: str,
+    caller: str,
+    k: object,
+    searched: list[str],
+    query: str,
+    now: int,
+    results: list[list[tuple[str, str, str, str, float]]],
+) -> tuple[list[events_module.EventRow], list[tuple[str, str, str | None, int]]]:
+    """A search's rows as the spec says (API.md section 8), made with `event_row`: one per
+    hit under its namespace, or one per namespace searched when a query found nothing."""
+    from memini._values import metadata_to_json
+
+    rows = []
+    for i, hits in enumerate(results):
+        detail: dict[str, Any] = {"method": method, "caller": caller, "k": k}
+        detail["namespaces"] = searched
+        if method == "vector_search_many":
+            detail["query_index"] = i
+        text = metadata_to_json(detail)
+        if not hits:
+            for ns in searched:
+                rows.append(
+                    events_module.event_row(
+                        op, "recall", ns, "", "", "", None, "", 0, None, text, now
+                    )
+                )
+        for rank, (id, ns, tier, summary, score) in enumerate(hits):
+            rows.append(
+                events_module.event_row(
+                    op, "recall", ns, "", id, ns, tier, summary, rank, score, text, now
+                )
+            )
+    queries = [(op, query, events_module.fold(query), now)] if query else []
+    return rows, queries
+
+
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=300)
+_HIT = st.tuples(
+    st.text(min_size=1, max_size=30),
+    _TEXT,
+    st.sampled_from([t.value for t in Tier]),
+    _TEXT,
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    method=st.sampled_from(["vector_search", "keyword_search", "recall", "vector_search_many"]),
+    caller=_TEXT,
+    k=st.one_of(st.integers(1, 1000), st.floats(1, 1000)),
+    searched=st.lists(_TEXT, min_size=1, max_size=4),
+    query=_TEXT,
+    results=st.lists(st.lists(_HIT, max_size=12), min_size=1, max_size=3),
+)
+def test_the_core_makes_a_searchs_rows_as_event_row_does(
+    method: str,
+    caller: str,
+    k: object,
+    searched: list[str],
+    query: str,
+    results: list[list[tuple[str, str, str, str, float]]],
+) -> None:
+    """The rows the core makes of a search (`memini._core.search_event_rows`, also the
+    front's) are the tuples `event_row` makes of the same values, byte for byte: detail
+    JSON (unicode, control characters, quotes), folds (``ß``, Turkish ``İ``: Python's
+    casefold beyond ASCII), summaries, scores; one row per namespace searched when a query
+    found nothing."""
+    from memini.server._events import search_events
+
+    if method != "vector_search_many":
+        results = results[:1]
+    call = search_events(method, caller, k, searched, query, results, now=1_234_567)
+    want = _reference_search_rows(call.op, method, caller, k, searched, query, 1_234_567, results)
+    assert (call.rows, call.queries) == want
+
+
+@pytest.mark.parametrize("text", ["Straße", "İstanbul", "ΣΑΣ", "ﬁ", "ASCII Only", "x\x00Y\n", ""])
+def test_the_core_folds_as_python_casefolds(text: str) -> None:
+    """The fold columns of the core's rows are `str.casefold` (NULL when it changes
+    nothing), beyond ASCII too."""
+    from memini.server._events import search_events
+
+    call = search_events("recall", "c", 1, ["ns"], text, [[("id", "ns", "semantic", text, 1.0)]])
+    assert call.rows[0][13] == events_module.fold(text)
+    assert call.queries == ([(call.op, text, events_module.fold(text), call.now)] if text else [])
