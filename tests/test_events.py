@@ -881,3 +881,23 @@ def test_the_core_folds_as_python_casefolds(text: str) -> None:
     call = search_events("recall", "c", 1, ["ns"], text, [[("id", "ns", "semantic", text, 1.0)]])
     assert call.rows[0][13] == events_module.fold(text)
     assert call.queries == ([(call.op, text, events_module.fold(text), call.now)] if text else [])
+
+
+@pytest.mark.parametrize("n", [63, 64, 65, 200])
+def test_a_batch_of_many_rows_keeps_its_order_and_values(meta: MetaDB, n: int) -> None:
+    """A batch written many rows per statement (64) and the rest one by one gets contiguous
+    ids in list order, each row its own values, each query once."""
+    events = [
+        ev(f"op{i % 7}", f"ns{i % 3}", rank=i, score=i / 3, memory_summary=f"S{i}")
+        for i in range(n)
+    ]
+    rows = events_module.prepare_events(events)
+    queries = [(f"op{i}", f"Q{i}", f"q{i}", 5) for i in range(n)]
+    meta.append_event_rows(rows, queries)
+    got = sorted(meta.list_events(), key=lambda e: e.id)
+    assert [e.id for e in got] == list(range(got[0].id, got[0].id + n))
+    assert [(e.op_id, e.namespace, e.rank, e.score, e.memory_summary) for e in got] == [
+        (e.op_id, e.namespace, e.rank, e.score, e.memory_summary) for e in events
+    ]
+    assert {e.query for e in got} == {f"Q{e.op_id[2:]}" for e in got}
+    assert {e.op_id for e in meta.list_events(EventFilter(text="q5"))} == {"op5"}

