@@ -783,7 +783,7 @@ def test_threads_append_events_and_put_links_concurrently(meta: MetaDB) -> None:
 
 
 def test_search_details_of_equal_but_different_k_stay_apart() -> None:
-    """The remembered detail JSON of a search tells ``k=2`` from ``k=2.0`` (equal keys)."""
+    """A search's detail JSON keeps ``k`` as the caller typed it: ``2`` and ``2.0`` differ."""
     from memini.server._events import search_events
 
     texts = [search_events("vector_search", "a", k, ["ns"], "", [[]]).rows[0][10] for k in (2, 2.0)]
