@@ -45,7 +45,9 @@ __all__ = [
     "coherence",
     "coherence_sample",
     "event_summary",
+    "fingerprint",
     "fuse",
+    "normalize_content",
     "ranking",
     "simd",
     "vector_scores",
@@ -88,6 +90,12 @@ def build_profile() -> Literal["release", "debug"]: ...
 def event_summary(summary: str, content: str) -> str:
     """The summary an event row keeps of a memory: ``summary``, else ``content``, cut to 200
     characters with ``…`` as the last one."""
+
+def normalize_content(content: str) -> str:
+    """The content with whitespace collapsed and case folded (`memini.normalize_content`)."""
+
+def fingerprint(content: str) -> str:
+    """The hex SHA-256 of `normalize_content` (`memini.fingerprint`)."""
 
 def simd(metric: str) -> dict[str, str]:
     """The SIMD kernels chosen at run time on this CPU for a store of ``metric``:
@@ -293,8 +301,12 @@ class Front:
     the searches it answered since the last take (up to ``event_rows`` rows queued; none
     when 0), for their event rows:
     (method, (caller kind, key name), k, namespaces, query, created_at, one list of
-    (id, namespace, tier, summary, score) per query); ``events_dropped`` the rows a full
-    queue dropped."""
+    (id, namespace, tier, summary, score) per query); ``take_writes`` the writes it
+    answered (taken after ``take_events``, whose queue bound they share): (method, (caller
+    kind, key name), the call's namespace, created_at, one (id, namespace, tier or None,
+    summary) per memory touched); ``written`` their store metrics since the last take: the
+    upserts by (op, tier, memory type) with their count, and the deletes;
+    ``events_dropped`` the rows a full queue dropped."""
 
     def __new__(cls, host: str, port: int, backlog: int, admin: str | None) -> Front: ...
     @property
@@ -323,6 +335,10 @@ class Front:
             list[list[tuple[str, str, str, str, float]]],
         ]
     ]: ...
+    def take_writes(
+        self,
+    ) -> list[tuple[str, tuple[str, str], str, int, list[tuple[str, str, str | None, str]]]]: ...
+    def written(self) -> tuple[list[tuple[tuple[str, str, str], int]], int]: ...
     @property
     def events_dropped(self) -> int: ...
     def observed(self) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]: ...

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 
 use super::engine::PyEngine;
 use crate::serve::auth::{Key, Keys};
-use crate::serve::events::Search;
+use crate::serve::events::{Search, Write};
 use crate::serve::{Front, Limits};
 
 /// A key as Python pushes it: (hash, name, home_ns, default_ns, disabled).
@@ -90,6 +90,19 @@ impl PyFront {
     /// created_at, [[(id, namespace, tier, summary, score), ...] per query]).
     fn take_events(&self) -> Vec<Search> {
         self.front.take_events()
+    }
+
+    /// The writes the front answered since the last call, for their event rows (take them
+    /// after `take_events`): (method, (caller kind, key name), the call's namespace,
+    /// created_at, [(id, namespace, tier or None, summary) per memory touched]).
+    fn take_writes(&self) -> Vec<Write> {
+        self.front.take_writes()
+    }
+
+    /// The store metrics of the writes the front answered since the last call: ([((op,
+    /// tier, memory type), calls), ...], deletes).
+    fn written(&self) -> (Vec<(crate::serve::Upserted, u64)>, u64) {
+        self.front.written()
     }
 
     /// Event rows dropped since the start because the queue was full.

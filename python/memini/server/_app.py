@@ -488,6 +488,7 @@ def create_app(
                 observe(route, 200, seconds)
             for route, n in unobserved:
                 requests.labels(route, "200").inc(n)
+            service.report_front_writes()
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
 
     async def refresh_gauges() -> None:

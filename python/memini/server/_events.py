@@ -16,10 +16,10 @@ rows), so a search pays no fsync. The price: the rows of the last ``flush_every`
 before a crash (SIGKILL) are lost; a clean stop (SIGTERM) writes them all. The log is pruned
 by the same thread to ``retention`` (age) and ``keep_max`` (rows).
 
-Behind the HTTP front (`memini._core.Front`), the searches the front answers itself queue
-their values in the core, without the GIL (bounded: a full queue drops a call's rows and
-counts them, `EventRecorder.dropped`); each batch takes that queue in one GIL take and makes
-the rows here (`search_events`), as for a search the app served.
+Behind the HTTP front (`memini._core.Front`), the searches and writes the front answers
+itself queue their values in the core, without the GIL (bounded: a full queue drops a call's
+rows and counts them, `EventRecorder.dropped`); each batch takes that queue in one GIL take
+and makes the rows here (`search_events`, `write_events`), as for a call the app served.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from memini.server._auth import caller_name
 from memini.store import Store
 from memini.types import EventKind, Memory, Tier, new_id
 
-__all__ = ["CallEvents", "EventRecorder", "event_rows", "search_events"]
+__all__ = ["CallEvents", "EventRecorder", "event_rows", "search_events", "write_events"]
 
 _LOG = logging.getLogger("memini.server")
 
@@ -225,17 +225,8 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
     call = CallEvents(kind, raw_ns if isinstance(raw_ns, str) else "")
     if method in ("upsert", "upsert_many"):
         memories = [args["memory"]] if method == "upsert" else list(args["memories"])
-        text = metadata_to_json(detail, "detail")
-        for i, m in enumerate(memories):
-            call.row(
-                text,
-                namespace=m.namespace,
-                memory_id=m.id,
-                memory_ns=m.namespace,
-                tier=_tier(m.tier),
-                summary=_summary(m),
-                rank=i,
-            )
+        touched = [(m.id, m.namespace, _tier(m.tier), _summary(m)) for m in memories]
+        _touched(call, method, caller, touched)
         return call
     if method == "update" and isinstance(result, Memory):
         detail["fields"] = sorted(args.get("fields", {}))
@@ -268,6 +259,28 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
         memory_id=memory_id,
         memory_ns=call.ns if memory_id else "",
     )
+    return call
+
+
+Touched = tuple[str, str, str | None, str]
+"""A memory a write touched, as its event row names it: (id, namespace, tier, summary)."""
+
+
+def _touched(call: CallEvents, method: str, caller: str, touched: list[Touched]) -> None:
+    """One row per memory a write touched, under the memory's namespace (``rank``: its
+    place in the call)."""
+    text = metadata_to_json({"method": method, "caller": caller}, "detail")
+    for i, (id, ns, tier, summary) in enumerate(touched):
+        call.row(text, namespace=ns, memory_id=id, memory_ns=ns, tier=tier, summary=summary, rank=i)
+
+
+def write_events(
+    method: str, caller: str, ns: str, touched: list[Touched], now: int | None = None
+) -> CallEvents:
+    """The rows of a write the front answered (``upsert``, ``upsert_many``, ``delete``):
+    as `event_rows` makes them for the same call, at ``now``."""
+    call = CallEvents(_KINDS[method], ns, now)
+    _touched(call, method, caller, touched)
     return call
 
 
@@ -318,7 +331,7 @@ class EventRecorder:
         return 0 if self._front is None else self._front.events_dropped
 
     def _from_front(self) -> tuple[list[EventRow], list[OpQueryRow]]:
-        """The rows of the searches the front answered since the last batch."""
+        """The rows of the searches and writes the front answered since the last batch."""
         rows: list[EventRow] = []
         queries: list[OpQueryRow] = []
         if self._front is None:
@@ -334,6 +347,14 @@ class EventRecorder:
                 continue
             rows.extend(call.rows)
             queries.extend(call.queries)
+        for method, (kind, key), ns, now, touched in self._front.take_writes():
+            try:
+                call = write_events(method, caller_name(kind, key), ns, touched, now)
+            except Exception:
+                self.errors += 1
+                _LOG.exception("could not make the event rows of a served %s()", method)
+                continue
+            rows.extend(call.rows)
         return rows, queries
 
     def record(self, method: str, args: Mapping[str, Any], result: Any, caller: str) -> None:
