@@ -854,7 +854,7 @@ def _memory(**fields: object) -> dict[str, object]:
                     linked_memory_ids=["q"],
                     created_at=None,
                     expires_at=None,
-                )  # fmt: skip
+                )
             },
         ),
         (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], metadata=None)}),
@@ -1079,7 +1079,6 @@ def test_fuzz_front_writes_as_the_app(
         memories[-1][spoil[0]] = spoil[1]
     body: dict[str, object] = {"memories": memories} if many else {"memory": memories[-1]}
     method = "upsert_many" if many else "upsert"
-    event(
-        f"answered by the front: {_assert_written_as_the_app_writes(searched, secret, method, body, None)}"
-    )
+    answered = _assert_written_as_the_app_writes(searched, secret, method, body, None)
+    event(f"answered by the front: {answered}")
     assert searched.service.store.count("org/b") == 1

@@ -105,6 +105,12 @@ impl PyFront {
         self.front.written()
     }
 
+    /// The calls the front is answering itself now.
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.front.in_flight()
+    }
+
     /// Event rows dropped since the start because the queue was full.
     #[getter]
     fn events_dropped(&self) -> u64 {

@@ -105,6 +105,10 @@ impl Native {
         self.state.lock().1 = true;
     }
 
+    fn in_flight(&self) -> usize {
+        self.state.lock().0
+    }
+
     /// Wait up to `timeout` for no call in flight; whether none is.
     fn idle(&self, timeout: Duration) -> bool {
         let mut state = self.state.lock();
@@ -303,6 +307,11 @@ impl Front {
     /// Event rows dropped since the start because the queue was full.
     pub fn events_dropped(&self) -> u64 {
         self.events.get().map_or(0, |e| e.dropped())
+    }
+
+    /// The calls being answered here now.
+    pub fn in_flight(&self) -> usize {
+        self.native.in_flight()
     }
 
     /// Wait up to `timeout` for no call answered here to be in flight (after `stop`: for

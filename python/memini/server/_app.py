@@ -343,7 +343,7 @@ def create_app(
         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
     )
     Gauge("memini_calls_in_flight", "Store calls being served now", registry=reg).set_function(
-        lambda: service.in_flight
+        lambda: service.in_flight + (0 if service.front is None else service.front.in_flight)
     )
     Gauge(
         "memini_event_rows_dropped",
