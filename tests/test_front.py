@@ -1040,8 +1040,9 @@ _WRITE_FIELDS = st.fixed_dictionaries(
         "summary": _TEXT,
         "metadata": st.none() | st.dictionaries(_TEXT, _META, max_size=4),
         "tags": st.lists(_TEXT, max_size=3),
-        "importance": st.floats(-1e300, 1e300, allow_nan=False) | st.integers(-(1 << 70), 1 << 70),
-        "access_count": st.integers(-3, 1 << 64),
+        "importance": st.floats(-1e300, 1e300, allow_nan=False)
+        | st.integers(-(1 << 63), (1 << 64) - 1),
+        "access_count": st.integers(-3, (1 << 64) - 1),
         "confidence": st.none() | st.floats(-0.5, 1.5) | st.integers(-1, 2),
         "superseded_by": st.none() | st.sampled_from(["y", "x"]),
         "linked_memory_ids": st.lists(_TEXT, max_size=2),
@@ -1082,3 +1083,163 @@ def test_fuzz_front_writes_as_the_app(
     answered = _assert_written_as_the_app_writes(searched, secret, method, body, None)
     event(f"answered by the front: {answered}")
     assert searched.service.store.count("org/b") == 1
+
+
+def _without_stamps(answer: bytes) -> object:
+    m = wire.loads(answer)
+    for name in ("id", "created_at", "updated_at", "last_accessed_at"):
+        m[name] = None
+    return m
+
+
+def _assert_updated_as_the_app_updates(
+    server: Server, secret: str, fields: dict[str, object] | None, native: bool | None
+) -> bool:
+    """The same update of two equal rows, one through the front and one by the app: the
+    same status, answer and stored row (up to ids and stamps), and event rows."""
+    store = server.service.store
+    recorder = server.service.recorder
+    assert recorder is not None
+    tag = f"{time.monotonic_ns()}"
+    for who in ("f", "a"):
+        m = Memory(
+            id=f"{who}{tag}", namespace="org/a/u", content="old", embedding=[1, 0, 0, 0],
+            metadata={"memory_type": "problem"}, tags=["t"], confidence=0.5,
+        )  # fmt: skip
+        store.upsert(m)
+    recorder.flush()
+    before = {e.op_id for e in store.list_events(EventFilter())}
+    bodies = [
+        {"namespace": "org/a/u", "id": f"{who}{tag}"}
+        | ({} if fields is None else {"fields": fields})
+        for who in ("f", "a")
+    ]
+    r, answered = _native(server, secret, "update", wire.dumps(bodies[0]))
+    if native is not None:
+        assert answered == native, r.text
+    recorder.flush()
+    by_front = {e.op_id for e in store.list_events(EventFilter())} - before
+    status, want = _answer_or_error(server, secret, "update", wire.dumps(bodies[1]))
+    recorder.flush()
+    by_app = {e.op_id for e in store.list_events(EventFilter())} - before - by_front
+    assert r.status_code == status, r.text
+    assert _stored(store, "org/a/u", f"f{tag}") == _stored(store, "org/a/u", f"a{tag}")
+    if status != 200:
+        assert not answered and not by_front and not by_app
+        return answered
+    assert _without_stamps(r.content) == _without_stamps(want)
+    rows = [
+        [
+            (e.kind, e.namespace, e.memory_ns, e.memory_tier, e.memory_summary, e.rank, e.detail)
+            for e in store.list_events(EventFilter())
+            if e.op_id in ops
+        ]
+        for ops in (by_front, by_app)
+    ]
+    assert rows[0] == rows[1] and len(rows[0]) == 1
+    return answered
+
+
+@pytest.mark.parametrize(
+    ("secret", "fields", "native"),
+    [
+        (ADMIN, None, True),
+        (ADMIN, {}, True),
+        (KEY_A, {"tier": "working", "summary": "s", "importance": 3}, True),
+        (
+            ADMIN,
+            {
+                "content": "New  Content",
+                "embedding": _b64([0, 1, 0, 0]),
+                "metadata": {"b": [1, None], "memory_type": "decision"},
+                "level": None,
+                "superseded_by": None,
+                "confidence": None,
+                "tags": [],
+                "linked_memory_ids": ["z"],
+                "access_count": 7,
+            },
+            True,
+        ),
+        (ADMIN, {"metadata": None, "level": "explicit", "confidence": 1}, True),
+        (ADMIN, {"embedding": [1, 2, 3, 4]}, True),
+        (ADMIN, {"content": "no vector"}, False),  # may need the server's embedder
+        (ADMIN, {"embedding": None}, False),
+        (ADMIN, {"embedding": [1, 2, 3]}, False),
+        (ADMIN, {"metadata": {"f": 0.5}}, False),
+        (ADMIN, {"updated_at": "2030-01-01T00:00:00+00:00"}, False),
+        (ADMIN, {"created_at": None}, False),
+        (ADMIN, {"tier": None}, False),
+        (ADMIN, {"confidence": 2}, False),
+        (ADMIN, {"superseded_by": "SELF"}, False),
+        (ADMIN, {"nope": 1}, False),
+        (ADMIN, {"access_count": 1.0}, False),
+    ],
+)
+def test_update_is_answered_by_the_front_as_the_app_answers_it(
+    searched: Server, secret: str, fields: dict[str, object] | None, native: bool
+) -> None:
+    if fields is not None and fields.get("superseded_by") == "SELF":
+        # the same id in each body: the row's own
+        r, answered = _native(
+            searched, ADMIN, "update",
+            wire.dumps({"namespace": "org/a", "id": "m1", "fields": {"superseded_by": "m1"}}),
+        )  # fmt: skip
+        assert (r.status_code, answered) == (400, False)
+        return
+    _assert_updated_as_the_app_updates(searched, secret, fields, native)
+
+
+def test_update_the_front_is_unsure_of_goes_to_the_app(searched: Server) -> None:
+    for secret, body, status in [
+        (KEY_A, {"namespace": "org/b", "id": "m4", "fields": {"tier": "working"}}, 403),
+        (ADMIN, {"namespace": "org/a", "id": "absent", "fields": {"tier": "working"}}, 404),
+        (ADMIN, {"namespace": "org/a", "id": "m1", "fields": None}, 400),
+    ]:
+        r, native = _native(searched, secret, "update", wire.dumps(body))
+        assert (r.status_code, native) == (status, False), r.text
+        if status == 403:
+            assert "org/b" not in r.text
+    assert searched.service.store.get("org/b", "m4").tier != "working"
+
+
+_UPDATE_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": _TEXT,
+        "embedding": st.lists(_FLOAT32, min_size=4, max_size=4)
+        | st.lists(_FLOAT32, min_size=4, max_size=4).map(_b64)
+        | st.none(),
+        "tier": st.sampled_from(["working", "procedural", "x"]),
+        "level": st.sampled_from(["explicit", None]),
+        "summary": _TEXT,
+        "metadata": st.none() | st.dictionaries(_TEXT, _META, max_size=4),
+        "tags": st.lists(_TEXT, max_size=3),
+        "importance": st.floats(-1e300, 1e300, allow_nan=False)
+        | st.integers(-(1 << 63), (1 << 64) - 1),
+        "access_count": st.integers(-3, (1 << 64) - 1),
+        "confidence": st.none() | st.floats(-0.5, 1.5),
+        "superseded_by": st.none() | st.just("y"),
+        "linked_memory_ids": st.lists(_TEXT, max_size=2),
+        "expires_at": st.none() | _TIMES.map(datetime.isoformat),
+    },
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    secret=st.sampled_from([ADMIN, KEY_A]),
+    fields=_UPDATE_FIELDS,
+    spoil=st.none() | st.tuples(st.sampled_from(["content", "tags", "metadata", "tier"]), _JSON),
+)
+def test_fuzz_front_updates_as_the_app(
+    searched: Server, secret: str, fields: dict[str, object], spoil: tuple[str, object] | None
+) -> None:
+    """Whatever the fields, an update the front answers itself stores and answers what the
+    app does (its event row too); the rest are the app's own answers."""
+    if spoil is not None:
+        fields = {**fields, spoil[0]: spoil[1]}
+    answered = _assert_updated_as_the_app_updates(searched, secret, fields, None)
+    event(f"answered by the front: {answered}")

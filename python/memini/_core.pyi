@@ -304,8 +304,9 @@ class Front:
     (id, namespace, tier, summary, score) per query); ``take_writes`` the writes it
     answered (taken after ``take_events``, whose queue bound they share): (method, (caller
     kind, key name), the call's namespace, created_at, one (id, namespace, tier or None,
-    summary) per memory touched); ``written`` their store metrics since the last take: the
-    upserts by (op, tier, memory type) with their count, and the deletes;
+    summary) per memory touched, the fields an ``update`` named or None); ``written``
+    their store metrics since the last take: the upserts by (op, tier, memory type) with
+    their count, and the deletes;
     ``events_dropped`` the rows a full queue dropped; ``in_flight`` the calls it is answering
     itself now."""
 
@@ -338,7 +339,16 @@ class Front:
     ]: ...
     def take_writes(
         self,
-    ) -> list[tuple[str, tuple[str, str], str, int, list[tuple[str, str, str | None, str]]]]: ...
+    ) -> list[
+        tuple[
+            str,
+            tuple[str, str],
+            str,
+            int,
+            list[tuple[str, str, str | None, str]],
+            list[str] | None,
+        ]
+    ]: ...
     def written(self) -> tuple[list[tuple[tuple[str, str, str], int]], int]: ...
     @property
     def in_flight(self) -> int: ...

@@ -94,7 +94,8 @@ impl PyFront {
 
     /// The writes the front answered since the last call, for their event rows (take them
     /// after `take_events`): (method, (caller kind, key name), the call's namespace,
-    /// created_at, [(id, namespace, tier or None, summary) per memory touched]).
+    /// created_at, [(id, namespace, tier or None, summary) per memory touched], the fields
+    /// an `update` named or None).
     fn take_writes(&self) -> Vec<Write> {
         self.front.take_writes()
     }

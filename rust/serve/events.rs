@@ -55,8 +55,15 @@ pub type Search = (
 pub type Touched = (String, String, Option<&'static str>, String);
 
 /// One write the front answered: (method, caller, the call's namespace, created_at, the
-/// memories it touched, one row each).
-pub type Write = (&'static str, Caller, String, Micros, Vec<Touched>);
+/// memories it touched, one row each, and for `update` the fields it named).
+pub type Write = (
+    &'static str,
+    Caller,
+    String,
+    Micros,
+    Vec<Touched>,
+    Option<Vec<String>>,
+);
 
 /// The bounded queue of searches answered, by rows (the writes' rows counted with them).
 pub struct Events {
@@ -174,7 +181,7 @@ mod tests {
         let write = |n: usize| {
             let touched = ("id".to_owned(), "ns".to_owned(), None, String::new());
             let caller = ("admin", String::new());
-            ("delete", caller, "ns".to_owned(), 0, vec![touched; n])
+            ("delete", caller, "ns".to_owned(), 0, vec![touched; n], None)
         };
         events.push_write(write(1)); // 3 + 1 rows > 3: dropped
         assert_eq!(events.dropped(), 3);

@@ -538,6 +538,7 @@ fn answer_here(
         "upsert" => writes::upsert(&call, body)?,
         "upsert_many" => writes::upsert_many(&call, body)?,
         "delete" => writes::delete(&call, body)?,
+        "update" => writes::update(&call, body)?,
         _ => return None,
     };
     let mut answer = Response::new(full(json.into()));

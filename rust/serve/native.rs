@@ -26,7 +26,7 @@ use crate::types::{FilterSpec, Memory, Micros, Scored};
 use crate::{Engine, Fusion, RecallQuery, Source};
 
 /// The routes answered here, by their path under `/v1/` (the writes' in `super::writes`).
-pub const ROUTES: [&str; 10] = [
+pub const ROUTES: [&str; 11] = [
     "count",
     "get",
     "list",
@@ -37,11 +37,12 @@ pub const ROUTES: [&str; 10] = [
     "upsert",
     "upsert_many",
     "delete",
+    "update",
 ];
 
 /// The routes of [`ROUTES`] that write: answered off the runtime's threads (a durable
 /// commit waits for the disk).
-pub const WRITES: [&str; 3] = ["upsert", "upsert_many", "delete"];
+pub const WRITES: [&str; 4] = ["upsert", "upsert_many", "delete", "update"];
 
 /// What a route answered here needs of the front.
 pub struct Call<'a> {

@@ -1,5 +1,5 @@
-//! Writes the front answers itself, without the GIL: `upsert`, `upsert_many` and `delete`
-//! of bodies it is sure of, with the checks `memini.Store` makes and the same engine call,
+//! Writes the front answers itself, without the GIL: `upsert`, `upsert_many`, `update` and
+//! `delete` of bodies it is sure of, with the checks `memini.Store` makes and the same engine call,
 //! durable as before (the engine's group commit) when the answer leaves.
 //!
 //! A memory is written here only when every field it sends is one this module reads
@@ -29,7 +29,7 @@ use serde_json::value::RawValue;
 use super::events::{self, Caller};
 use super::native::{caller, may_read, Call, Vector};
 use super::wire;
-use crate::types::{Level, Memory, NewMemory, Tier, Unstamped};
+use crate::types::{Level, Memory, MemoryPatch, NewMemory, Tier, Unstamped};
 
 /// Store metrics of the writes answered here, for the owning process to report
 /// (`memini.metrics.Metrics.upsert` and `delete`).
@@ -232,7 +232,7 @@ fn write(
     }
     if let Some(queue) = call.events {
         let now = crate::types::now_micros();
-        queue.push_write((method, who, String::new(), now, touched));
+        queue.push_write((method, who, String::new(), now, touched, None));
     }
     Some(())
 }
@@ -300,9 +300,157 @@ pub fn delete(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     if let Some(queue) = call.events {
         let now = crate::types::now_micros();
         let touched = vec![(args.id, args.namespace.clone(), None, String::new())];
-        queue.push_write(("delete", who, args.namespace, now, touched));
+        queue.push_write(("delete", who, args.namespace, now, touched, None));
     }
     Some(b"null".to_vec())
+}
+
+/// A field given (even as null): `Some`, read as `T`; absent: None (`#[serde(default)]`).
+fn given<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// `update`'s fields the front takes: no timestamp, no key field, and `content` only
+/// with its `embedding` (new content without one may need the server's embedder).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+#[allow(clippy::option_option, reason = "Some(None): the field given as null")]
+struct Fields {
+    #[serde(default, deserialize_with = "given")]
+    content: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    tier: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    level: Option<Option<String>>,
+    #[serde(default, deserialize_with = "given")]
+    summary: Option<String>,
+    #[serde(default, deserialize_with = "given")]
+    metadata: Option<Option<Metadata>>,
+    #[serde(default, deserialize_with = "given")]
+    tags: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "given")]
+    importance: Option<Real>,
+    #[serde(default, deserialize_with = "given")]
+    access_count: Option<Count>,
+    #[serde(default, deserialize_with = "given")]
+    superseded_by: Option<Option<String>>,
+    #[serde(default, deserialize_with = "given")]
+    confidence: Option<Option<Real>>,
+    #[serde(default, deserialize_with = "given")]
+    linked_memory_ids: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "given")]
+    embedding: Option<Vector>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateArgs {
+    namespace: String,
+    id: String,
+    #[serde(default)]
+    fields: Fields,
+}
+
+/// The names of the fields an update gives, sorted (its event row's `fields`).
+fn named(f: &Fields) -> Vec<String> {
+    let mut names: Vec<String> = [
+        ("content", f.content.is_some()),
+        ("tier", f.tier.is_some()),
+        ("level", f.level.is_some()),
+        ("summary", f.summary.is_some()),
+        ("metadata", f.metadata.is_some()),
+        ("tags", f.tags.is_some()),
+        ("importance", f.importance.is_some()),
+        ("access_count", f.access_count.is_some()),
+        ("superseded_by", f.superseded_by.is_some()),
+        ("confidence", f.confidence.is_some()),
+        ("linked_memory_ids", f.linked_memory_ids.is_some()),
+        ("embedding", f.embedding.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, given)| *given)
+    .map(|(name, _)| name.to_owned())
+    .collect();
+    names.sort_unstable();
+    names
+}
+
+/// `POST /v1/update` of fields the front is sure of: the stored memory's JSON, or None to
+/// forward (an absent memory included: nothing was changed here).
+pub fn update(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+    let args: UpdateArgs = serde_json::from_slice(body).ok()?;
+    let who = caller(call.keys, call.decision)?;
+    let dims = call.engine.dims().ok()?;
+    let f = args.fields;
+    let fields = named(&f);
+    let confidence = f.confidence.map(|c| c.map(|c| c.0));
+    let embedding = f.embedding.map(|v| v.0);
+    if !may_read(call, &args.namespace)
+        || (f.content.is_some() && embedding.is_none())
+        || embedding.as_ref().is_some_and(|v| v.len() != dims)
+        || f.superseded_by
+            .as_ref()
+            .is_some_and(|s| s.as_deref() == Some(args.id.as_str()))
+        || confidence.is_some_and(|c| c.is_some_and(|c| !(0.0..=1.0).contains(&c)))
+    {
+        return None;
+    }
+    let patch = MemoryPatch {
+        fingerprint: f.content.as_deref().map(crate::types::fingerprint),
+        content: f.content,
+        tier: f.tier.map(|t| Tier::parse(&t)).transpose().ok()?,
+        level: f
+            .level
+            .map(|l| l.map(|l| Level::parse(&l)).transpose())
+            .transpose()
+            .ok()?,
+        summary: f.summary,
+        metadata: f
+            .metadata
+            .map(|m| m.map_or_else(|| "{}".to_owned(), |m| m.text)),
+        tags: f.tags,
+        importance: f.importance.map(|r| r.0),
+        access_count: f.access_count.map(|c| c.0),
+        superseded_by: f.superseded_by,
+        confidence,
+        linked_memory_ids: f.linked_memory_ids,
+        embedding: embedding.map(Some),
+        ..MemoryPatch::default()
+    };
+    let stored = call.engine.update(&args.namespace, &args.id, patch).ok()?;
+    let json = wire::memory_answer(&stored)?;
+    call.written.upserted((
+        "update",
+        stored.tier.as_str(),
+        memory_type(&stored.metadata),
+    ));
+    if let Some(queue) = call.events {
+        let now = crate::types::now_micros();
+        let summary = events::summary(&stored.summary, &stored.content);
+        let touched = vec![(
+            stored.id,
+            args.namespace.clone(),
+            Some(stored.tier.as_str()),
+            summary,
+        )];
+        queue.push_write(("update", who, args.namespace, now, touched, Some(fields)));
+    }
+    Some(json)
+}
+
+/// The memory type the metrics name a stored row by (its metadata's top-level
+/// `memory_type`, when one of [`MEMORY_TYPES`]), "" otherwise.
+fn memory_type(metadata: &str) -> &'static str {
+    #[derive(Deserialize)]
+    struct Typed<'a> {
+        #[serde(borrow)]
+        memory_type: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_str::<Typed<'_>>(metadata)
+        .ok()
+        .and_then(|t| t.memory_type)
+        .and_then(|t| MEMORY_TYPES.into_iter().find(|m| *m == t))
+        .unwrap_or("")
 }
 
 /// Metadata as `memini._values.metadata_to_json` stores it (`json.dumps` with

@@ -229,14 +229,8 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
         _touched(call, method, caller, touched)
         return call
     if method == "update" and isinstance(result, Memory):
-        detail["fields"] = sorted(args.get("fields", {}))
-        call.row(
-            metadata_to_json(detail, "detail"),
-            memory_id=result.id,
-            memory_ns=result.namespace,
-            tier=result.tier.value,
-            summary=_summary(result),
-        )
+        touched = [(result.id, result.namespace, result.tier.value, _summary(result))]
+        _touched(call, method, caller, touched, sorted(args.get("fields", {})))
         return call
     if isinstance(result, int) and not isinstance(result, bool):
         detail["count"] = result
@@ -266,21 +260,35 @@ Touched = tuple[str, str, str | None, str]
 """A memory a write touched, as its event row names it: (id, namespace, tier, summary)."""
 
 
-def _touched(call: CallEvents, method: str, caller: str, touched: list[Touched]) -> None:
+def _touched(
+    call: CallEvents,
+    method: str,
+    caller: str,
+    touched: list[Touched],
+    fields: list[str] | None = None,
+) -> None:
     """One row per memory a write touched, under the memory's namespace (``rank``: its
-    place in the call)."""
-    text = metadata_to_json({"method": method, "caller": caller}, "detail")
+    place in the call); ``fields``: the fields an ``update`` named."""
+    detail: dict[str, Any] = {"method": method, "caller": caller}
+    if fields is not None:
+        detail["fields"] = fields
+    text = metadata_to_json(detail, "detail")
     for i, (id, ns, tier, summary) in enumerate(touched):
         call.row(text, namespace=ns, memory_id=id, memory_ns=ns, tier=tier, summary=summary, rank=i)
 
 
 def write_events(
-    method: str, caller: str, ns: str, touched: list[Touched], now: int | None = None
+    method: str,
+    caller: str,
+    ns: str,
+    touched: list[Touched],
+    fields: list[str] | None,
+    now: int | None = None,
 ) -> CallEvents:
-    """The rows of a write the front answered (``upsert``, ``upsert_many``, ``delete``):
-    as `event_rows` makes them for the same call, at ``now``."""
+    """The rows of a write the front answered (``upsert``, ``upsert_many``, ``update``,
+    ``delete``): as `event_rows` makes them for the same call, at ``now``."""
     call = CallEvents(_KINDS[method], ns, now)
-    _touched(call, method, caller, touched)
+    _touched(call, method, caller, touched, fields)
     return call
 
 
@@ -347,9 +355,9 @@ class EventRecorder:
                 continue
             rows.extend(call.rows)
             queries.extend(call.queries)
-        for method, (kind, key), ns, now, touched in self._front.take_writes():
+        for method, (kind, key), ns, now, touched, fields in self._front.take_writes():
             try:
-                call = write_events(method, caller_name(kind, key), ns, touched, now)
+                call = write_events(method, caller_name(kind, key), ns, touched, fields, now)
             except Exception:
                 self.errors += 1
                 _LOG.exception("could not make the event rows of a served %s()", method)
