@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeAlias, TypeVar, final
 import numpy as np
 import numpy.typing as npt
 
+from memini.events import EventRow, OpQueryRow
 from memini.types import Memory, Recalled, Scored
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "fuse",
     "normalize_content",
     "ranking",
+    "search_event_rows",
     "simd",
     "vector_scores",
 ]
@@ -96,6 +98,24 @@ def normalize_content(content: str) -> str:
 
 def fingerprint(content: str) -> str:
     """The hex SHA-256 of `normalize_content` (`memini.fingerprint`)."""
+
+def search_event_rows(
+    op_id: str,
+    method: str,
+    caller: str,
+    k_json: str,
+    searched: list[str],
+    query: str,
+    created_at: int,
+    results: list[list[tuple[str, str, str, str, float]]],
+    fold: Callable[[str], str | None],
+) -> tuple[list[EventRow], list[OpQueryRow]]:
+    """The event rows of one search (one per hit, ``(id, namespace, tier, summary, score)``,
+    under its own namespace, or one per namespace in ``searched`` when a query found
+    nothing; ``results``: one list per query, several only for ``vector_search_many``) and
+    its query's row (none when ``query`` is empty), as `memini.events.event_row` and
+    ``event_queries`` store them, under ``op_id``; ``k_json``: ``k`` as JSON; ``fold``
+    folds a non-ASCII text (ASCII is folded in the core)."""
 
 def simd(metric: str) -> dict[str, str]:
     """The SIMD kernels chosen at run time on this CPU for a store of ``metric``:
@@ -298,17 +318,16 @@ class Front:
     answers itself to be in flight (after ``stop`` none starts), ``wait`` for its connections
     to end; ``observed`` takes the (route, seconds) of the calls it answered itself since the
     last take, and how many more it answered without keeping their latency; ``take_events``
-    the searches it answered since the last take (up to ``event_rows`` rows queued; none
-    when 0), for their event rows:
-    (method, (caller kind, key name), k, namespaces, query, created_at, one list of
-    (id, namespace, tier, summary, score) per query); ``take_writes`` the writes it
-    answered (taken after ``take_events``, whose queue bound they share): (method, (caller
-    kind, key name), the call's namespace, created_at, one (id, namespace, tier or None,
-    summary) per memory touched, the fields an ``update`` named or None); ``written``
-    their store metrics since the last take: the upserts by (op, tier, memory type) with
-    their count, and the deletes;
-    ``events_dropped`` the rows a full queue dropped; ``in_flight`` the calls it is answering
-    itself now."""
+    the event rows of the searches it answered since the last take (up to ``event_rows``
+    rows queued, none when 0; made as `search_event_rows` makes them, naming the admin and
+    open access as ``callers`` says), each operation's id made by ``new_id()`` and a
+    non-ASCII text folded by ``fold``; ``take_writes`` the writes it answered (taken after
+    ``take_events``, whose queue bound they share): (method, the caller's name, the call's
+    namespace, created_at, one (id, namespace, tier or None, summary) per memory touched,
+    the fields an ``update`` named or None); ``written`` their store metrics since the last
+    take: the upserts by (op, tier, memory type) with their count, and the deletes;
+    ``events_dropped`` the rows a full queue dropped; ``in_flight`` the calls it is
+    answering itself now."""
 
     def __new__(cls, host: str, port: int, backlog: int, admin: str | None) -> Front: ...
     @property
@@ -323,31 +342,15 @@ class Front:
         max_connections: int,
         engine: Engine | None,
         event_rows: int,
+        callers: tuple[str, str],
     ) -> None: ...
     def take_events(
-        self,
-    ) -> list[
-        tuple[
-            str,
-            tuple[str, str],
-            int,
-            list[str],
-            str,
-            int,
-            list[list[tuple[str, str, str, str, float]]],
-        ]
-    ]: ...
+        self, new_id: Callable[[], str], fold: Callable[[str], str | None]
+    ) -> tuple[list[EventRow], list[OpQueryRow]]: ...
     def take_writes(
         self,
     ) -> list[
-        tuple[
-            str,
-            tuple[str, str],
-            str,
-            int,
-            list[tuple[str, str, str | None, str]],
-            list[str] | None,
-        ]
+        tuple[str, str, str, int, list[tuple[str, str, str | None, str]], list[str] | None]
     ]: ...
     def written(self) -> tuple[list[tuple[tuple[str, str, str], int]], int]: ...
     @property

@@ -192,6 +192,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(front::event_summary, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_content, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(front::search_event_rows, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
     m.add_function(wrap_pyfunction!(rules::fuse, m)?)?;
     m.add_function(wrap_pyfunction!(rules::vector_scores, m)?)?;

@@ -43,7 +43,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::Engine;
 use auth::{Decision, Keys};
-use events::{Events, Search, Write};
+use events::{Events, Rows, Write};
 pub use writes::Upserted;
 use writes::Written;
 
@@ -224,7 +224,8 @@ impl Front {
 
     /// Start serving: auth from the keys of `set_keys` (none before), the hot routes
     /// answered from `engine` (when given; their event rows queued for `take_events`, up
-    /// to `event_rows` rows, none when 0), everything else forwarded to the app listening
+    /// to `event_rows` rows, none when 0; `callers`: the names its rows give the admin and
+    /// open access), everything else forwarded to the app listening
     /// on the Unix socket `app` with `token`. Once only (later calls do nothing).
     pub fn serve(
         &self,
@@ -233,6 +234,7 @@ impl Front {
         limits: Limits,
         engine: Option<Arc<Engine>>,
         event_rows: usize,
+        callers: (String, String),
     ) {
         let Some(listener) = self.listener.lock().take() else {
             return;
@@ -250,7 +252,7 @@ impl Front {
             observed: self.observed.clone(),
             events: (event_rows > 0).then(|| {
                 self.events
-                    .get_or_init(|| Arc::new(Events::new(event_rows)))
+                    .get_or_init(|| Arc::new(Events::new(event_rows, callers)))
                     .clone()
             }),
             written: self.written.clone(),
@@ -284,8 +286,8 @@ impl Front {
         self.observed.take()
     }
 
-    /// The searches answered here since the last call, for their event rows.
-    pub fn take_events(&self) -> Vec<Search> {
+    /// The event rows of the searches answered here since the last call.
+    pub fn take_events(&self) -> Vec<Rows> {
         self.events.get().map(|e| e.take()).unwrap_or_default()
     }
 

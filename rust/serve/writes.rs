@@ -26,7 +26,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::events::{self, Caller};
+use super::events;
 use super::native::{caller, may_read, Call, Vector};
 use super::wire;
 use crate::types::{Level, Memory, MemoryPatch, NewMemory, Tier, Unstamped};
@@ -208,7 +208,7 @@ fn new_memory(call: &Call<'_>, args: MemoryArgs, dims: usize) -> Option<(NewMemo
 fn write(
     call: &Call<'_>,
     method: &'static str,
-    who: Caller,
+    who: String,
     memories: Vec<(NewMemory, Upserted)>,
 ) -> Option<()> {
     let (rows, mut metrics): (Vec<NewMemory>, Vec<Upserted>) = memories.into_iter().unzip();
@@ -246,7 +246,7 @@ struct UpsertArgs {
 /// `POST /v1/upsert` of a memory the front is sure of: its id's JSON, or None to forward.
 pub fn upsert(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let args: UpsertArgs = serde_json::from_slice(body).ok()?;
-    let who = caller(call.keys, call.decision)?;
+    let who = caller(call)?;
     let dims = call.engine.dims().ok()?;
     let (memory, metrics) = new_memory(call, args.memory, dims)?;
     let mut json = Vec::with_capacity(memory.memory.id.len() + 2);
@@ -265,7 +265,7 @@ struct UpsertManyArgs {
 /// count, or None to forward.
 pub fn upsert_many(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let args: UpsertManyArgs = serde_json::from_slice(body).ok()?;
-    let who = caller(call.keys, call.decision)?;
+    let who = caller(call)?;
     let dims = call.engine.dims().ok()?;
     if args.memories.is_empty() {
         return None;
@@ -291,7 +291,7 @@ struct DeleteArgs {
 /// answers its 404, and nothing was deleted here).
 pub fn delete(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let args: DeleteArgs = serde_json::from_slice(body).ok()?;
-    let who = caller(call.keys, call.decision)?;
+    let who = caller(call)?;
     if !may_read(call, &args.namespace) {
         return None;
     }
@@ -379,7 +379,7 @@ fn named(f: &Fields) -> Vec<String> {
 /// forward (an absent memory included: nothing was changed here).
 pub fn update(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let args: UpdateArgs = serde_json::from_slice(body).ok()?;
-    let who = caller(call.keys, call.decision)?;
+    let who = caller(call)?;
     let dims = call.engine.dims().ok()?;
     let f = args.fields;
     let fields = named(&f);
