@@ -5,14 +5,17 @@
   bytes of the same length: the floor a Python HTTP server can reach on this machine, with
   the same client (httpx, keep-alive), 1 and 4 client processes. Goal: served >= 0.6x the
   floor with 4 clients; p50 with one client <= 1.0 ms.
-* durable single upserts served, 4 client processes (each a new row; a 2xx = durable).
+* durable single upserts served, 4 client processes (each a new row; a 2xx = durable), by the
+  front and by uvicorn (``--no-front``): upserts/s and the server's CPU per upsert.
+* ``vector_search`` p99 of one client while 4 client processes upsert single rows, against
+  its p99 alone (issue 34's goal: at most 3x), front and uvicorn. ``MEMINI_BENCH_ROWS`` sets
+  the store's size (e.g. 20000).
 * ``recall`` served, when the store has it (API.md section 6), against the same bare
   endpoint in the same run (goal >= 0.5x with 4 clients).
 * the server's overhead per call: served p50 minus the in-process call (wall), and the
   server's CPU time per request (psutil, every thread) minus the in-process call's CPU time
   (CPU); and an extrapolation to a 16-core box from the server's CPU time per request,
   labelled as an extrapolation.
-
 * against Chroma's own HTTP server (Rust), the same rows, 4 client processes each:
   ``vector_search`` k=10 through `memini.RemoteStore` against ``query`` through
   ``chromadb.HttpClient``, and durable single-row writes (goals >= 5x and >= 8x). chromadb
@@ -35,6 +38,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -149,15 +153,16 @@ def _load(
     seconds: float,
     tmp: Path,
     template: bool = False,
+    start: float | None = None,
 ) -> dict[str, float]:
     """Run ``clients`` client processes posting ``bodies`` to ``path`` with httpx for
-    ``seconds``; requests/s and latencies."""
+    ``seconds`` (from ``start``, a `time.time`; default: once they are all up); requests/s
+    and latencies."""
     f = tmp / f"bodies-{time.monotonic_ns()}.json"
     f.write_text(json.dumps(bodies))
     argv = [url, path, str(f), "1" if template else "0"]
-    return _clients(
-        HTTPX, [[*argv, f"c{c}x{time.monotonic_ns()}"] for c in range(clients)], seconds
-    )
+    argvs = [[*argv, f"c{c}x{time.monotonic_ns()}"] for c in range(clients)]
+    return _clients(HTTPX, argvs, seconds, start=start)
 
 
 def _clients(
@@ -166,12 +171,14 @@ def _clients(
     seconds: float,
     python: str = sys.executable,
     warmup: float = 1.5,
+    start: float | None = None,
 ) -> dict[str, float]:
     """One `CLIENT` process per argument list, each running ``setup``'s ``call`` in a loop
-    for the same ``seconds``, starting ``warmup`` + 0.4 s per client from now (every client
-    imported and connected); their requests/s together (each its requests over the time it
-    ran) and latencies."""
-    start = time.time() + warmup + 0.4 * len(argvs)
+    for the same ``seconds`` from ``start`` (default: ``warmup`` + 0.4 s per client from
+    now, every client imported and connected); their requests/s together (each its
+    requests over the time it ran) and latencies."""
+    if start is None:
+        start = time.time() + warmup + 0.4 * len(argvs)
     script = CLIENT.replace("@SETUP@", setup)
     procs = [
         subprocess.Popen(
@@ -442,14 +449,9 @@ def test_served_front_vs_uvicorn(
     print(f"\n{route}, front vs uvicorn:", json.dumps(info, indent=1))
 
 
-def test_served_durable_single_upserts(
-    benchmark: Any,
-    served: dict[str, Any],
-    data: D.Dataset,
-    tmp_path: Path,
-    pytestconfig: pytest.Config,
-) -> None:
-    seconds = _seconds(pytestconfig)
+def _upsert_bodies(data: D.Dataset) -> list[str]:
+    """Single-row upserts of the dataset's texts and vectors, each a new id (``@ID@``, which
+    the client replaces)."""
     bodies = []
     for i in range(50):
         m = {
@@ -459,16 +461,92 @@ def test_served_durable_single_upserts(
             "embedding": data.vectors[i].tolist(),
         }
         bodies.append(json.dumps({"memory": m}))
+    return bodies
+
+
+def test_served_durable_single_upserts(
+    benchmark: Any,
+    served: dict[str, Any],
+    served_uvicorn: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Durable single upserts (each a new row; a 2xx = durable), 4 client processes, served
+    by the front (the write answered in the core) and by uvicorn (``--no-front``), two
+    alternating runs each: upserts/s, latencies and the server's CPU per upsert (psutil,
+    every thread)."""
+    seconds = _seconds(pytestconfig)
+    bodies = _upsert_bodies(data)
     out: dict[str, Any] = {}
+    servers = {"uvicorn": served_uvicorn, "front": served}
 
     def run() -> None:
-        out.update(_load(served["url"], "/v1/upsert", bodies, 4, seconds, tmp_path, True))
+        for rnd in (1, 2):
+            for name, srv in servers.items():
+                proc = psutil.Process(srv["proc"].pid)
+                cpu0 = sum(proc.cpu_times()[:2])
+                r = _load(srv["url"], "/v1/upsert", bodies, 4, seconds, tmp_path, True)
+                cpu = sum(proc.cpu_times()[:2]) - cpu0
+                r["server_cpu_us_per_request"] = 1e6 * cpu / max(r["requests"], 1)
+                out[f"{name}_run{rnd}"] = r
 
-    benchmark.group = "server: durable single upserts"
+    benchmark.group = "server: durable single upserts, front vs uvicorn"
     benchmark.pedantic(run, rounds=1, iterations=1)
-    info = {f"served_4c_{k}": round(v, 3) for k, v in out.items()}
+    info: dict[str, Any] = {
+        f"{key}_{m}": round(v, 3) for key, r in out.items() for m, v in r.items()
+    }
     benchmark.extra_info.update(info)
-    print("\nserved upserts:", json.dumps(info, indent=1))
+    print("\nserved upserts, front vs uvicorn:", json.dumps(info, indent=1))
+
+
+def test_served_search_p99_under_upserts(
+    benchmark: Any,
+    served: dict[str, Any],
+    served_uvicorn: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """``vector_search`` k=10 p99 of one client process alone, then while 4 client processes
+    upsert single rows (durable) into the same server, by the front and by uvicorn
+    (``--no-front``): issue 34's goal is a loaded p99 at most 3x the idle one."""
+    seconds = _seconds(pytestconfig)
+    searches, upserts = _search_bodies(data), _upsert_bodies(data)
+    out: dict[str, Any] = {}
+    servers = {"uvicorn": served_uvicorn, "front": served}
+
+    def run() -> None:
+        for name, srv in servers.items():
+            url = srv["url"]
+            idle = _load(url, "/v1/vector_search", searches, 1, seconds, tmp_path)
+            start = time.time() + 1.5 + 0.4 * 5
+            with ThreadPoolExecutor(2) as pool:
+                writing = pool.submit(
+                    _load, url, "/v1/upsert", upserts, 4, seconds, tmp_path, True, start
+                )
+                loaded = _load(
+                    url, "/v1/vector_search", searches, 1, seconds, tmp_path, False, start
+                )
+                written = writing.result()
+            out[name] = {
+                "idle_search_p50_ms": idle["p50_ms"],
+                "idle_search_p99_ms": idle["p99_ms"],
+                "loaded_search_p50_ms": loaded["p50_ms"],
+                "loaded_search_p99_ms": loaded["p99_ms"],
+                "loaded_vs_idle_p99": loaded["p99_ms"] / idle["p99_ms"],
+                "upserts_rps": written["rps"],
+            }
+
+    benchmark.group = "server: search p99 under single upserts"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info: dict[str, Any] = {
+        f"{name}_{m}": round(v, 3) for name, r in out.items() for m, v in r.items()
+    }
+    info["rows"] = data.n
+    info["goal_loaded_vs_idle_p99"] = 3
+    benchmark.extra_info.update(info)
+    print("\nsearch p99 under upserts:", json.dumps(info, indent=1))
 
 
 def test_served_recall(
