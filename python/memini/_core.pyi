@@ -285,13 +285,14 @@ class Completions:
 class Front:
     """The HTTP front of ``memini serve --front`` (rust/serve): bound to ``host:port`` at once,
     serving from ``serve`` (auth from the keys of ``set_keys``; the hot routes answered from
-    ``engine``, every other request forwarded to the app on the Unix socket ``app`` with
-    ``token``) until ``stop``; ``idle`` waits up to ``timeout`` s for none of the calls it
-    answers itself to be in flight (after ``stop`` none starts), ``wait`` for its connections
-    to end; ``observed`` takes the (route, seconds) of the calls it answered itself since the
-    last take, and how many more it answered without keeping their latency; ``take_events``
-    the searches it answered since the last take (up to ``event_rows`` rows queued; none
-    when 0), for their event rows:
+    ``engine``, text recalls with their query embedded by ``embedder`` (the store's local
+    model; None: forwarded), every other request forwarded to the app on the Unix socket
+    ``app`` with ``token``) until ``stop``; ``idle`` waits up to ``timeout`` s for none of
+    the calls it answers itself to be in flight (after ``stop`` none starts), ``wait`` for
+    its connections to end; ``observed`` takes the (route, seconds) of the calls it answered
+    itself since the last take, and how many more it answered without keeping their latency;
+    ``take_events`` the searches it answered since the last take (up to ``event_rows`` rows
+    queued; none when 0), for their event rows:
     (method, (caller kind, key name), k, namespaces, query, created_at, one list of
     (id, namespace, tier, summary, score) per query); ``events_dropped`` the rows a full
     queue dropped."""
@@ -308,6 +309,7 @@ class Front:
         header_timeout: float,
         max_connections: int,
         engine: Engine | None,
+        embedder: LocalModel | None,
         event_rows: int,
     ) -> None: ...
     def take_events(

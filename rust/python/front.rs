@@ -6,6 +6,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
+use super::embed::PyLocalModel;
 use super::engine::PyEngine;
 use crate::serve::auth::{Key, Keys};
 use crate::serve::events::Search;
@@ -51,7 +52,7 @@ impl PyFront {
         self.front.local_addr().port()
     }
 
-    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, event_rows))]
+    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, embedder, event_rows))]
     #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     fn serve(
         &self,
@@ -62,6 +63,7 @@ impl PyFront {
         header_timeout: f64,
         max_connections: usize,
         engine: Option<PyRef<'_, PyEngine>>,
+        embedder: Option<PyRef<'_, PyLocalModel>>,
         event_rows: usize,
     ) {
         let limits = Limits {
@@ -70,8 +72,14 @@ impl PyFront {
             header_timeout: Duration::from_secs_f64(header_timeout),
             max_connections,
         };
-        self.front
-            .serve(app, token, limits, engine.map(|e| e.shared()), event_rows);
+        self.front.serve(
+            app,
+            token,
+            limits,
+            engine.map(|e| e.shared()),
+            embedder.map(|e| e.shared()),
+            event_rows,
+        );
     }
 
     fn set_keys(&self, open: bool, keys: Vec<KeyRow>) {

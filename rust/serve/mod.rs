@@ -40,6 +40,7 @@ use serde::Serialize;
 use tokio::net::{TcpListener, TcpSocket, UnixStream};
 use tokio::sync::{watch, Semaphore};
 
+use crate::embed::Batcher;
 use crate::Engine;
 use auth::{Decision, Keys};
 use events::{Events, Search};
@@ -68,6 +69,8 @@ struct Shared {
     limits: Limits,
     /// The store's engine, for the routes answered here (None: every route forwarded).
     engine: Option<Arc<Engine>>,
+    /// The store's embedder when it is the core's, for text recalls (None: forwarded).
+    embedder: Option<Arc<Batcher>>,
     native: Arc<Native>,
     observed: Arc<Observed>,
     /// Where the calls answered here queue their event rows (None: no event log).
@@ -214,14 +217,16 @@ impl Front {
 
     /// Start serving: auth from the keys of `set_keys` (none before), the hot routes
     /// answered from `engine` (when given; their event rows queued for `take_events`, up
-    /// to `event_rows` rows, none when 0), everything else forwarded to the app listening
-    /// on the Unix socket `app` with `token`. Once only (later calls do nothing).
+    /// to `event_rows` rows, none when 0) and text recalls with the store's `embedder`
+    /// (when it is the core's), everything else forwarded to the app listening on the Unix
+    /// socket `app` with `token`. Once only (later calls do nothing).
     pub fn serve(
         &self,
         app: PathBuf,
         token: &str,
         limits: Limits,
         engine: Option<Arc<Engine>>,
+        embedder: Option<Arc<Batcher>>,
         event_rows: usize,
     ) {
         let Some(listener) = self.listener.lock().take() else {
@@ -236,6 +241,7 @@ impl Front {
             token,
             limits,
             engine,
+            embedder,
             native: self.native.clone(),
             observed: self.observed.clone(),
             events: (event_rows > 0).then(|| {
@@ -447,21 +453,40 @@ async fn handle(
             ))
         }
     };
-    if let Some(answer) = answer_here(&shared, &keys, &decision, &parts, &body, t0) {
+    let answered = match answer_here(&shared, &keys, &decision, &parts, &body) {
+        Some(Here::Answer(route, json)) => Some((route, json)),
+        Some(Here::Embed(recall)) => embed_here(shared.clone(), recall).await,
+        None => None,
+    };
+    if let Some((route, json)) = answered {
+        let mut answer = Response::new(full(json.into()));
+        answer.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        shared.observed.record(route, t0.elapsed().as_secs_f64());
         return Ok(answer);
     }
     Ok(forward(&shared, &upstream, parts, body, &decision).await)
 }
 
-/// The answer of a hot route the front is sure of (`native`), None to forward.
+/// What the front does with a hot route it is sure of.
+enum Here {
+    /// The route's answer.
+    Answer(&'static str, Vec<u8>),
+    /// A text recall, answered once its query is embedded (`embed_here`).
+    Embed(native::Recall),
+}
+
+/// The answer of a hot route the front is sure of (`native`), None to forward. Runs on a
+/// tokio worker: what may block (a text recall's embedding) is handed back to run elsewhere.
 fn answer_here(
     shared: &Shared,
     keys: &Keys,
     decision: &Decision,
     parts: &hyper::http::request::Parts,
     body: &[u8],
-    t0: Instant,
-) -> Option<Response<Body>> {
+) -> Option<Here> {
     let engine = shared.engine.as_deref()?;
     if parts.method != hyper::Method::POST {
         return None;
@@ -474,6 +499,7 @@ fn answer_here(
         keys,
         decision,
         events: shared.events.as_deref(),
+        embedder: shared.embedder.as_deref(),
     };
     let json = match route {
         "count" => native::count(&call, body)?,
@@ -481,16 +507,30 @@ fn answer_here(
         "vector_search" => native::vector_search(&call, body)?,
         "vector_search_many" => native::vector_search_many(&call, body)?,
         "keyword_search" => native::keyword_search(&call, body)?,
-        "recall" => native::recall(&call, body)?,
+        "recall" => match native::recall(&call, body)? {
+            native::Recalled::Answer(json) => json,
+            native::Recalled::Embed(recall) => return Some(Here::Embed(recall)),
+        },
         _ => return None,
     };
-    let mut answer = Response::new(full(json.into()));
-    answer.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    shared.observed.record(route, t0.elapsed().as_secs_f64());
-    Some(answer)
+    Some(Here::Answer(route, json))
+}
+
+/// A text recall's answer, its query embedded on a blocking thread (the embedder's queue
+/// waits there for the batch it joins, never on a tokio worker); None to forward.
+async fn embed_here(
+    shared: Arc<Shared>,
+    recall: native::Recall,
+) -> Option<(&'static str, Vec<u8>)> {
+    let json = tokio::task::spawn_blocking(move || {
+        let _counted = shared.native.enter()?;
+        let engine = shared.engine.as_deref()?;
+        let embedder = shared.embedder.as_deref()?;
+        recall.embed_and_answer(engine, embedder, shared.events.as_deref())
+    })
+    .await
+    .ok()??;
+    Some(("recall", json))
 }
 
 /// The request handed to the Python app with the front's decision, and its answer

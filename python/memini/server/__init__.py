@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry
 
 import memini
 from memini._core import Engine, Front
+from memini.embed import LocalEmbedder
 from memini.errors import InvalidArgumentError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
@@ -288,12 +289,16 @@ class Server:
         token = secrets.token_urlsafe(32)
         self.service.gate.attach(front, token.encode())
         engine = self.service.store._engine
+        embedder = self.service.store._embedder
         recorder = self.service.recorder
         if recorder is not None:
             recorder.attach(front)
         front.serve(
             path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
             opts.max_connections, engine if isinstance(engine, Engine) else None,
+            # the core's model itself (loaded now), so the front's text recalls share its
+            # batches and cache; any other embedder is Python's to run
+            embedder._model() if type(embedder) is LocalEmbedder else None,
             opts.event_queue if recorder is not None else 0,
         )  # fmt: skip
         self.service.front = front
