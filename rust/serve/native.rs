@@ -604,3 +604,29 @@ fn search_of(
     let now = crate::types::now_micros();
     (method, who, k, namespaces, query, now, hits)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_is_what_python_strips() {
+        // every character for which Python 3.11's str.isspace() is true
+        let python: Vec<u32> = [0x9..=0xd, 0x1c..=0x20, 0x2000..=0x200a]
+            .into_iter()
+            .flatten()
+            .chain([0x85, 0xa0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000])
+            .collect();
+        for c in (0..=0x10_ffff).filter_map(char::from_u32) {
+            let s = c.to_string();
+            assert_eq!(
+                blank(&s),
+                python.contains(&u32::from(c)),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
+        assert!(blank(""));
+        assert!(!blank(" \u{3000}x\t"));
+    }
+}
