@@ -38,13 +38,17 @@ _TEXTS = [
 ]
 
 
-def _open(path: Path, embedder: object) -> Server:
+def _open(path: Path, embedder: object, memories: list[Memory] | None = None) -> Server:
+    """A server of a store with ``embedder``, `test_front`'s keys and ``memories`` (default:
+    the package descriptions of `_TEXTS`, embedded by the store)."""
     opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, front=True)
     server = Server.open(path, options=opts, embedder=embedder)
     store = server.service.store
     store.put_api_key(APIKey("a", hash_api_key(KEY_A), home_ns="org/a"))
     server.service.gate.keys_changed()
-    store.upsert_many([Memory(id=i, namespace=ns, content=c) for i, ns, c in _TEXTS])
+    if memories is None:
+        memories = [Memory(id=i, namespace=ns, content=c) for i, ns, c in _TEXTS]
+    store.upsert_many(memories)
     server.start()
     return server
 
@@ -196,5 +200,26 @@ def test_text_recall_with_another_embedder_goes_to_the_app(tmp_path: Path) -> No
             server, ADMIN, "recall", wire.dumps({"namespace": "org/a", "vector": v})
         )
         assert native and r.json()[0]["memory"]["id"] == "p2"
+    finally:
+        server.stop()
+
+
+def test_weights_that_do_not_load_leave_text_recall_to_the_app(tmp_path: Path) -> None:
+    """A `LocalEmbedder` whose weights cannot be read does not stop the server: its text
+    recalls go to the app, which names the fix; vector recalls are still the front's."""
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(b"not safetensors")
+    row = Memory(id="v", namespace="org/a", content="v", embedding=[1.0] + [0.0] * 383)
+    server = _open(tmp_path / "s", LocalEmbedder(path=weights), [row])
+    try:
+        r, native = _native(
+            server, ADMIN, "recall", wire.dumps({"namespace": "org/a", "query": "q"})
+        )
+        assert not native and r.status_code == 400
+        assert "cannot be read" in r.json()["error"]["message"]
+        body = {"namespace": "org/a", "vector": [1.0] + [0.0] * 383}
+        r, native = _native(server, ADMIN, "recall", wire.dumps(body))
+        assert native and r.status_code == 200 and len(r.json()) == 1
     finally:
         server.stop()

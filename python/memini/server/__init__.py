@@ -40,9 +40,9 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 import memini
-from memini._core import Engine, Front
+from memini._core import Engine, Front, LocalModel
 from memini.embed import LocalEmbedder
-from memini.errors import InvalidArgumentError
+from memini.errors import InvalidArgumentError, MeminiError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
 from memini.server._auth import ADMIN_KEY_ENV, Gate, is_loopback
@@ -128,6 +128,19 @@ class _Uvicorn(uvicorn.Server):
         if self.service.front is not None:
             self.service.front.stop()  # no new connections; open ones close once answered
         super().handle_exit(sig, frame)
+
+
+def _local_model(embedder: object) -> LocalModel | None:
+    """The core's model behind the store's ``embedder`` when it is a `LocalEmbedder`, loaded
+    now, for the front's text recalls (they share its batches and cache with every other
+    caller); None for any other embedder, or none, and for weights that do not load: text
+    recalls are then the app's (which names that error on each)."""
+    if type(embedder) is not LocalEmbedder:
+        return None
+    try:
+        return embedder._model()
+    except MeminiError:
+        return None
 
 
 class Server:
@@ -289,16 +302,13 @@ class Server:
         token = secrets.token_urlsafe(32)
         self.service.gate.attach(front, token.encode())
         engine = self.service.store._engine
-        embedder = self.service.store._embedder
         recorder = self.service.recorder
         if recorder is not None:
             recorder.attach(front)
         front.serve(
             path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
             opts.max_connections, engine if isinstance(engine, Engine) else None,
-            # the core's model itself (loaded now), so the front's text recalls share its
-            # batches and cache; any other embedder is Python's to run
-            embedder._model() if type(embedder) is LocalEmbedder else None,
+            _local_model(self.service.store._embedder),
             opts.event_queue if recorder is not None else 0,
         )  # fmt: skip
         self.service.front = front
