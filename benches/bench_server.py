@@ -8,6 +8,10 @@
 * durable single upserts served, 4 client processes (each a new row; a 2xx = durable).
 * ``recall`` served, when the store has it (API.md section 6), against the same bare
   endpoint in the same run (goal >= 0.5x with 4 clients).
+* text ``recall`` with ``--embedder local`` (the server embeds each query), 4 client
+  processes each sending its own held-out texts once, front against ``--no-front``: req/s,
+  server CPU and GIL per request (``MEMINI_BENCH_ROWS`` sets the store's size: 20000 for
+  issue 36's measurement).
 * the server's overhead per call: served p50 minus the in-process call (wall), and the
   server's CPU time per request (psutil, every thread) minus the in-process call's CPU time
   (CPU); and an extrapolation to a 16-core box from the server's CPU time per request,
