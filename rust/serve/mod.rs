@@ -453,40 +453,40 @@ async fn handle(
             ))
         }
     };
-    let answered = match answer_here(&shared, &keys, &decision, &parts, &body) {
-        Some(Here::Answer(route, json)) => Some((route, json)),
-        Some(Here::Embed(recall)) => embed_here(shared.clone(), recall).await,
-        None => None,
-    };
-    if let Some((route, json)) = answered {
-        let mut answer = Response::new(full(json.into()));
-        answer.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
+    // a recall may embed its query, waiting in the embedder's queue: never on the
+    // runtime's threads
+    let answer = if shared.embedder.is_some() && parts.uri.path() == "/v1/recall" {
+        let (shared, keys, decision, head, body) = (
+            shared.clone(),
+            keys.clone(),
+            decision.clone(),
+            parts.clone(),
+            body.clone(),
         );
-        shared.observed.record(route, t0.elapsed().as_secs_f64());
+        tokio::task::spawn_blocking(move || {
+            answer_here(&shared, &keys, &decision, &head, &body, t0)
+        })
+        .await
+        .ok()
+        .flatten()
+    } else {
+        answer_here(&shared, &keys, &decision, &parts, &body, t0)
+    };
+    if let Some(answer) = answer {
         return Ok(answer);
     }
     Ok(forward(&shared, &upstream, parts, body, &decision).await)
 }
 
-/// What the front does with a hot route it is sure of.
-enum Here {
-    /// The route's answer.
-    Answer(&'static str, Vec<u8>),
-    /// A text recall, answered once its query is embedded (`embed_here`).
-    Embed(native::Recall),
-}
-
-/// The answer of a hot route the front is sure of (`native`), None to forward. Runs on a
-/// tokio worker: what may block (a text recall's embedding) is handed back to run elsewhere.
+/// The answer of a hot route the front is sure of (`native`), None to forward.
 fn answer_here(
     shared: &Shared,
     keys: &Keys,
     decision: &Decision,
     parts: &hyper::http::request::Parts,
     body: &[u8],
-) -> Option<Here> {
+    t0: Instant,
+) -> Option<Response<Body>> {
     let engine = shared.engine.as_deref()?;
     if parts.method != hyper::Method::POST {
         return None;
@@ -507,30 +507,16 @@ fn answer_here(
         "vector_search" => native::vector_search(&call, body)?,
         "vector_search_many" => native::vector_search_many(&call, body)?,
         "keyword_search" => native::keyword_search(&call, body)?,
-        "recall" => match native::recall(&call, body)? {
-            native::Recalled::Answer(json) => json,
-            native::Recalled::Embed(recall) => return Some(Here::Embed(recall)),
-        },
+        "recall" => native::recall(&call, body)?,
         _ => return None,
     };
-    Some(Here::Answer(route, json))
-}
-
-/// A text recall's answer, its query embedded on a blocking thread (the embedder's queue
-/// waits there for the batch it joins, never on a tokio worker); None to forward.
-async fn embed_here(
-    shared: Arc<Shared>,
-    recall: native::Recall,
-) -> Option<(&'static str, Vec<u8>)> {
-    let json = tokio::task::spawn_blocking(move || {
-        let _counted = shared.native.enter()?;
-        let engine = shared.engine.as_deref()?;
-        let embedder = shared.embedder.as_deref()?;
-        recall.embed_and_answer(engine, embedder, shared.events.as_deref())
-    })
-    .await
-    .ok()??;
-    Some(("recall", json))
+    let mut answer = Response::new(full(json.into()));
+    answer.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    shared.observed.record(route, t0.elapsed().as_secs_f64());
+    Some(answer)
 }
 
 /// The request handed to the Python app with the front's decision, and its answer

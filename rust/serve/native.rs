@@ -405,40 +405,92 @@ struct RecallArgs {
     reinforce: bool,
 }
 
-/// A recall the front answers: its arguments checked, its caller known.
-pub struct Recall {
-    who: Caller,
-    k: u64,
-    searched: Vec<String>,
-    sources: Vec<Source>,
-    query: String,
-    vector: Option<Vec<f32>>,
-    quality: bool,
-    dedup: bool,
-}
-
-/// What the front does with a recall.
-pub enum Recalled {
-    /// Answered: the answer's JSON.
-    Answer(Vec<u8>),
-    /// Its query to embed first (`Recall::embed_and_answer`, on a thread that may block).
-    Embed(Recall),
-}
-
 /// `POST /v1/recall` with no filter, the default fusion and pool, neither `linked` nor
-/// `reinforce`, and a vector, a blank query (no vector to make: `Store._embed_query`) or a
-/// query the server's local embedder embeds: the answer's JSON (its event rows queued, with
-/// the query) or the recall to embed, or None to forward (the query of a store with another
-/// embedder or none included).
-pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Recalled> {
-    let recall = Recall::checked(call, body)?;
-    if recall.vector.is_some() || blank(&recall.query) {
-        return recall
-            .answer(call.engine, call.events)
-            .map(Recalled::Answer);
+/// `reinforce`, and a vector, a blank query (no vector then: `Store._embed_query`) or a query
+/// the server's local embedder embeds here (blocking: its queue batches it with the other
+/// callers'): the answer's JSON (its event rows queued, with the query), or None to forward
+/// (the query of a store with another embedder, or none, included).
+pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+    let args: RecallArgs = serde_json::from_slice(body).ok()?;
+    let quality = match &args.rerank {
+        serde_json::Value::Null => false,
+        serde_json::Value::String(s) if s == "quality" => true,
+        _ => return None,
+    };
+    if args.fusion.is_some()
+        || args.alpha.is_some()
+        || args.rrf_k.is_some()
+        || args.pool.is_some()
+        || args.linked
+        || args.reinforce
+    {
+        return None;
     }
-    call.embedder?;
-    Some(Recalled::Embed(recall))
+    let searched = match args.namespace {
+        Namespaces::One(ns) => vec![ns],
+        Namespaces::Many(names) => names,
+    };
+    let many = u64::try_from(searched.len()).ok()?;
+    if !(1..=crate::limits::MAX_NAMESPACES).contains(&many) {
+        return None;
+    }
+    let mut sources: Vec<Source> = Vec::with_capacity(searched.len());
+    for ns in &searched {
+        if !sources.iter().any(|s| &s.namespace == ns) {
+            sources.push(Source {
+                namespace: ns.clone(),
+                tiers: None,
+            });
+        }
+    }
+    let who = may_search(call, &searched[0], args.filter.as_ref(), args.k)?;
+    if !searched.iter().all(|ns| may_read(call, ns)) {
+        return None;
+    }
+    crate::limits::query(&args.query).ok()?;
+    let vector = match args.vector {
+        Some(v) => Some(v.0),
+        None if blank(&args.query) => None,
+        None => Some(
+            call.embedder?
+                .embed(std::slice::from_ref(&args.query), &uninterrupted())
+                .ok()?,
+        ),
+    };
+    let k = usize::try_from(args.k).ok()?;
+    let pool = usize::try_from((5 * args.k).max(MIN_POOL)).ok()?;
+    let spec = live_rows();
+    let found = call
+        .engine
+        .recall(&RecallQuery {
+            sources: &sources,
+            text: &args.query,
+            vector: vector.as_deref(),
+            spec: &spec,
+            k,
+            pool,
+            fusion: Fusion::Convex {
+                alpha: DEFAULT_ALPHA,
+            },
+            context: DEFAULT_CONTEXT,
+            keyword_half: DEFAULT_KEYWORD_HALF,
+            quality,
+            dedup: args.dedup,
+        })
+        .ok()?;
+    let json = wire::recalled(&found)?;
+    if let Some(queue) = call.events {
+        let hits = found.into_iter().map(|r| hit(r.memory, r.score)).collect();
+        queue.push(search_of(
+            "recall",
+            who,
+            args.k,
+            searched,
+            args.query,
+            vec![hits],
+        ));
+    }
+    Some(json)
 }
 
 /// Whether Python's `str.strip` leaves nothing of `text` (its whitespace is Unicode's
@@ -446,111 +498,6 @@ pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Recalled> {
 fn blank(text: &str) -> bool {
     text.chars()
         .all(|c| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
-}
-
-impl Recall {
-    /// The recall of `body` when the front may answer it, None to forward.
-    fn checked(call: &Call<'_>, body: &[u8]) -> Option<Self> {
-        let args: RecallArgs = serde_json::from_slice(body).ok()?;
-        let quality = match &args.rerank {
-            serde_json::Value::Null => false,
-            serde_json::Value::String(s) if s == "quality" => true,
-            _ => return None,
-        };
-        if args.fusion.is_some()
-            || args.alpha.is_some()
-            || args.rrf_k.is_some()
-            || args.pool.is_some()
-            || args.linked
-            || args.reinforce
-        {
-            return None;
-        }
-        let searched = match args.namespace {
-            Namespaces::One(ns) => vec![ns],
-            Namespaces::Many(names) => names,
-        };
-        let many = u64::try_from(searched.len()).ok()?;
-        if !(1..=crate::limits::MAX_NAMESPACES).contains(&many) {
-            return None;
-        }
-        let mut sources: Vec<Source> = Vec::with_capacity(searched.len());
-        for ns in &searched {
-            if !sources.iter().any(|s| &s.namespace == ns) {
-                sources.push(Source {
-                    namespace: ns.clone(),
-                    tiers: None,
-                });
-            }
-        }
-        let who = may_search(call, &searched[0], args.filter.as_ref(), args.k)?;
-        if !searched.iter().all(|ns| may_read(call, ns)) {
-            return None;
-        }
-        crate::limits::query(&args.query).ok()?;
-        Some(Self {
-            who,
-            k: args.k,
-            searched,
-            sources,
-            query: args.query,
-            vector: args.vector.map(|v| v.0),
-            quality,
-            dedup: args.dedup,
-        })
-    }
-
-    /// The answer once `embedder` has made the query's vector (blocking: the embedder's
-    /// queue batches it with the other callers'), as `Store._embed_query` makes it.
-    pub fn embed_and_answer(
-        mut self,
-        engine: &Engine,
-        embedder: &Batcher,
-        events: Option<&Events>,
-    ) -> Option<Vec<u8>> {
-        let vector = embedder
-            .embed(std::slice::from_ref(&self.query), &uninterrupted())
-            .ok()?;
-        self.vector = Some(vector);
-        self.answer(engine, events)
-    }
-
-    /// The answer's JSON, its event rows queued.
-    fn answer(self, engine: &Engine, events: Option<&Events>) -> Option<Vec<u8>> {
-        let k = usize::try_from(self.k).ok()?;
-        let pool = usize::try_from((5 * self.k).max(MIN_POOL)).ok()?;
-        let spec = live_rows();
-        let found = engine
-            .recall(&RecallQuery {
-                sources: &self.sources,
-                text: &self.query,
-                vector: self.vector.as_deref(),
-                spec: &spec,
-                k,
-                pool,
-                fusion: Fusion::Convex {
-                    alpha: DEFAULT_ALPHA,
-                },
-                context: DEFAULT_CONTEXT,
-                keyword_half: DEFAULT_KEYWORD_HALF,
-                quality: self.quality,
-                dedup: self.dedup,
-            })
-            .ok()?;
-        let json = wire::recalled(&found)?;
-        if let Some(queue) = events {
-            let hits = found.into_iter().map(|r| hit(r.memory, r.score)).collect();
-            queue.push(search_of(
-                "recall",
-                self.who,
-                self.k,
-                self.searched,
-                self.query,
-                vec![hits],
-            ));
-        }
-        Some(json)
-    }
 }
 
 #[derive(Deserialize)]
