@@ -783,7 +783,7 @@ def test_threads_append_events_and_put_links_concurrently(meta: MetaDB) -> None:
 
 
 def test_search_details_of_equal_but_different_k_stay_apart() -> None:
-    """The remembered detail JSON of a search tells ``k=2`` from ``k=2.0`` (equal keys)."""
+    """A search's detail JSON keeps ``k`` as the caller typed it: ``2`` and ``2.0`` differ."""
     from memini.server._events import search_events
 
     texts = [search_events("vector_search", "a", k, ["ns"], "", [[]]).rows[0][10] for k in (2, 2.0)]
@@ -791,3 +791,113 @@ def test_search_details_of_equal_but_different_k_stay_apart() -> None:
         '{"method":"vector_search","caller":"a","k":2,"namespaces":["ns"]}',
         '{"method":"vector_search","caller":"a","k":2.0,"namespaces":["ns"]}',
     ]
+
+
+def _reference_search_rows(
+    op: str,
+    method: str,
+    caller: str,
+    k: object,
+    searched: list[str],
+    query: str,
+    now: int,
+    results: list[list[tuple[str, str, str, str, float]]],
+) -> tuple[list[events_module.EventRow], list[tuple[str, str, str | None, int]]]:
+    """A search's rows as the spec says (API.md section 8), made with `event_row`: one per
+    hit under its namespace, or one per namespace searched when a query found nothing."""
+    from memini._values import metadata_to_json
+
+    rows = []
+    for i, hits in enumerate(results):
+        detail: dict[str, Any] = {"method": method, "caller": caller, "k": k}
+        detail["namespaces"] = searched
+        if method == "vector_search_many":
+            detail["query_index"] = i
+        text = metadata_to_json(detail)
+        if not hits:
+            for ns in searched:
+                rows.append(
+                    events_module.event_row(
+                        op, "recall", ns, "", "", "", None, "", 0, None, text, now
+                    )
+                )
+        for rank, (id, ns, tier, summary, score) in enumerate(hits):
+            rows.append(
+                events_module.event_row(
+                    op, "recall", ns, "", id, ns, tier, summary, rank, score, text, now
+                )
+            )
+    queries = [(op, query, events_module.fold(query), now)] if query else []
+    return rows, queries
+
+
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=300)
+_HIT = st.tuples(
+    st.text(min_size=1, max_size=30),
+    _TEXT,
+    st.sampled_from([t.value for t in Tier]),
+    _TEXT,
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    method=st.sampled_from(["vector_search", "keyword_search", "recall", "vector_search_many"]),
+    caller=_TEXT,
+    k=st.one_of(st.integers(1, 1000), st.floats(1, 1000)),
+    searched=st.lists(_TEXT, min_size=1, max_size=4),
+    query=_TEXT,
+    results=st.lists(st.lists(_HIT, max_size=12), min_size=1, max_size=3),
+)
+def test_the_core_makes_a_searchs_rows_as_event_row_does(
+    method: str,
+    caller: str,
+    k: object,
+    searched: list[str],
+    query: str,
+    results: list[list[tuple[str, str, str, str, float]]],
+) -> None:
+    """The rows the core makes of a search (`memini._core.search_event_rows`, also the
+    front's) are the tuples `event_row` makes of the same values, byte for byte: detail
+    JSON (unicode, control characters, quotes), folds (``ß``, Turkish ``İ``: Python's
+    casefold beyond ASCII), summaries, scores; one row per namespace searched when a query
+    found nothing."""
+    from memini.server._events import search_events
+
+    if method != "vector_search_many":
+        results = results[:1]
+    call = search_events(method, caller, k, searched, query, results, now=1_234_567)
+    want = _reference_search_rows(call.op, method, caller, k, searched, query, 1_234_567, results)
+    assert (call.rows, call.queries) == want
+
+
+@pytest.mark.parametrize("text", ["Straße", "İstanbul", "ΣΑΣ", "ﬁ", "ASCII Only", "x\x00Y\n", ""])
+def test_the_core_folds_as_python_casefolds(text: str) -> None:
+    """The fold columns of the core's rows are `str.casefold` (NULL when it changes
+    nothing), beyond ASCII too."""
+    from memini.server._events import search_events
+
+    call = search_events("recall", "c", 1, ["ns"], text, [[("id", "ns", "semantic", text, 1.0)]])
+    assert call.rows[0][13] == events_module.fold(text)
+    assert call.queries == ([(call.op, text, events_module.fold(text), call.now)] if text else [])
+
+
+@pytest.mark.parametrize("n", [63, 64, 65, 200])
+def test_a_batch_of_many_rows_keeps_its_order_and_values(meta: MetaDB, n: int) -> None:
+    """A batch written many rows per statement (64) and the rest one by one gets contiguous
+    ids in list order, each row its own values, each query once."""
+    events = [
+        ev(f"op{i % 7}", f"ns{i % 3}", rank=i, score=i / 3, memory_summary=f"S{i}")
+        for i in range(n)
+    ]
+    rows = events_module.prepare_events(events)
+    queries = [(f"op{i}", f"Q{i}", f"q{i}", 5) for i in range(n)]
+    meta.append_event_rows(rows, queries)
+    got = sorted(meta.list_events(), key=lambda e: e.id)
+    assert [e.id for e in got] == list(range(got[0].id, got[0].id + n))
+    assert [(e.op_id, e.namespace, e.rank, e.score, e.memory_summary) for e in got] == [
+        (e.op_id, e.namespace, e.rank, e.score, e.memory_summary) for e in events
+    ]
+    assert {e.query for e in got} == {f"Q{e.op_id[2:]}" for e in got}
+    assert {e.op_id for e in meta.list_events(EventFilter(text="q5"))} == {"op5"}

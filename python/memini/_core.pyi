@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeAlias, TypeVar, final
 import numpy as np
 import numpy.typing as npt
 
+from memini.events import EventRow, OpQueryRow
 from memini.types import Memory, Recalled, Scored
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "event_summary",
     "fuse",
     "ranking",
+    "search_event_rows",
     "simd",
     "vector_scores",
 ]
@@ -88,6 +90,24 @@ def build_profile() -> Literal["release", "debug"]: ...
 def event_summary(summary: str, content: str) -> str:
     """The summary an event row keeps of a memory: ``summary``, else ``content``, cut to 200
     characters with ``…`` as the last one."""
+
+def search_event_rows(
+    op_id: str,
+    method: str,
+    caller: str,
+    k_json: str,
+    searched: list[str],
+    query: str,
+    created_at: int,
+    results: list[list[tuple[str, str, str, str, float]]],
+    fold: Callable[[str], str | None],
+) -> tuple[list[EventRow], list[OpQueryRow]]:
+    """The event rows of one search (one per hit, ``(id, namespace, tier, summary, score)``,
+    under its own namespace, or one per namespace in ``searched`` when a query found
+    nothing; ``results``: one list per query, several only for ``vector_search_many``) and
+    its query's row (none when ``query`` is empty), as `memini.events.event_row` and
+    ``event_queries`` store them, under ``op_id``; ``k_json``: ``k`` as JSON; ``fold``
+    folds a non-ASCII text (ASCII is folded in the core)."""
 
 def simd(metric: str) -> dict[str, str]:
     """The SIMD kernels chosen at run time on this CPU for a store of ``metric``:
@@ -291,10 +311,10 @@ class Front:
     the calls it answers itself to be in flight (after ``stop`` none starts), ``wait`` for
     its connections to end; ``observed`` takes the (route, seconds) of the calls it answered
     itself since the last take, and how many more it answered without keeping their latency;
-    ``take_events`` the searches it answered since the last take (up to ``event_rows`` rows
-    queued; none when 0), for their event rows:
-    (method, (caller kind, key name), k, namespaces, query, created_at, one list of
-    (id, namespace, tier, summary, score) per query); ``events_dropped`` the rows a full
+    ``take_events`` the event rows of the searches it answered since the last take (up to
+    ``event_rows`` rows queued, none when 0; made as `search_event_rows` makes them, naming
+    the admin and open access as ``callers`` says), each operation's id made by
+    ``new_id()`` and a non-ASCII text folded by ``fold``; ``events_dropped`` the rows a full
     queue dropped."""
 
     def __new__(cls, host: str, port: int, backlog: int, admin: str | None) -> Front: ...
@@ -311,20 +331,11 @@ class Front:
         engine: Engine | None,
         embedder: LocalModel | None,
         event_rows: int,
+        callers: tuple[str, str],
     ) -> None: ...
     def take_events(
-        self,
-    ) -> list[
-        tuple[
-            str,
-            tuple[str, str],
-            int,
-            list[str],
-            str,
-            int,
-            list[list[tuple[str, str, str, str, float]]],
-        ]
-    ]: ...
+        self, new_id: Callable[[], str], fold: Callable[[str], str | None]
+    ) -> tuple[list[EventRow], list[OpQueryRow]]: ...
     @property
     def events_dropped(self) -> int: ...
     def observed(self) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]: ...

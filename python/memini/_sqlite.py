@@ -678,7 +678,7 @@ class MetaDB:
         queries: Sequence[_events.OpQueryRow] = (),
     ) -> None:
         """`append_events` of rows built by `memini.events.event_row` (checked already),
-        with the queries their operations share (`memini.events.op_query`)."""
+        with the queries their operations share (`memini._core.search_event_rows`)."""
         if not rows:
             with self._locked():
                 return

@@ -1328,7 +1328,7 @@ class Store:
     ) -> None:
         """`append_events` of rows built by `memini.events.event_row` from values known
         valid (the server's log of served calls: no `Event` per row, no second check), the
-        query of each operation given once (`memini.events.op_query`)."""
+        query of each operation given once (`memini._core.search_event_rows`)."""
         self._check()
         self._meta.append_event_rows(rows, queries)
 

@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
 
 use super::embed::PyLocalModel;
 use super::engine::PyEngine;
 use crate::serve::auth::{Key, Keys};
-use crate::serve::events::Search;
+use crate::serve::events::{self, Fold, Rows};
 use crate::serve::{Front, Limits};
+use crate::types::{Micros, Tier};
 
 /// A key as Python pushes it: (hash, name, home_ns, default_ns, disabled).
 type KeyRow = (String, String, String, String, bool);
@@ -52,7 +54,7 @@ impl PyFront {
         self.front.local_addr().port()
     }
 
-    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, embedder, event_rows))]
+    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, embedder, event_rows, callers))]
     #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     fn serve(
         &self,
@@ -65,6 +67,7 @@ impl PyFront {
         engine: Option<PyRef<'_, PyEngine>>,
         embedder: Option<PyRef<'_, PyLocalModel>>,
         event_rows: usize,
+        callers: (String, String),
     ) {
         let limits = Limits {
             max_body,
@@ -72,14 +75,10 @@ impl PyFront {
             header_timeout: Duration::from_secs_f64(header_timeout),
             max_connections,
         };
-        self.front.serve(
-            app,
-            token,
-            limits,
-            engine.map(|e| e.shared()),
-            embedder.map(|e| e.shared()),
-            event_rows,
-        );
+        let engine = engine.map(|e| e.shared());
+        let embedder = embedder.map(|e| e.shared());
+        self.front
+            .serve(app, token, limits, engine, embedder, event_rows, callers);
     }
 
     fn set_keys(&self, open: bool, keys: Vec<KeyRow>) {
@@ -93,11 +92,21 @@ impl PyFront {
         self.front.observed()
     }
 
-    /// The searches the front answered since the last call, for their event rows
-    /// (`memini.server._events`): (method, (caller kind, key name), k, namespaces, query,
-    /// created_at, [[(id, namespace, tier, summary, score), ...] per query]).
-    fn take_events(&self) -> Vec<Search> {
-        self.front.take_events()
+    /// The event rows of the searches the front answered since the last call, ready to
+    /// append (`memini.events.EventRow`, `OpQueryRow`): each call's operation id made
+    /// by `new_id()`, a non-ASCII text folded by `fold(text)` (`memini.events._fold`).
+    fn take_events<'py>(
+        &self,
+        py: Python<'py>,
+        new_id: &Bound<'py, PyAny>,
+        fold: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let calls = self.front.take_events();
+        let out = (PyList::empty(py), PyList::empty(py));
+        for rows in calls {
+            append_rows(py, rows, &new_id.call0()?, fold, &out)?;
+        }
+        Ok(out)
     }
 
     /// Event rows dropped since the start because the queue was full.
@@ -124,4 +133,120 @@ impl PyFront {
 #[pyfunction]
 pub fn event_summary(summary: &str, content: &str) -> String {
     crate::serve::events::summary(summary, content)
+}
+
+/// A search's hit as the app's recorder gives it: (id, namespace, tier, summary, score).
+type PyHit = (String, String, String, String, f64);
+
+/// The event rows of one search the app answered, and its query's row, ready to append
+/// (`crate::serve::events::search`, the rule the front's searches follow too; `k_json`:
+/// the call's `k` as JSON).
+#[pyfunction]
+#[allow(clippy::too_many_arguments, reason = "a search's values, by name")]
+pub fn search_event_rows<'py>(
+    py: Python<'py>,
+    op_id: &Bound<'py, PyString>,
+    method: &str,
+    caller: &str,
+    k_json: &str,
+    searched: Vec<String>,
+    query: String,
+    created_at: Micros,
+    results: Vec<Vec<PyHit>>,
+    fold: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let mut hits = Vec::with_capacity(results.len());
+    for list in results {
+        let mut out = Vec::with_capacity(list.len());
+        for (id, ns, tier, summary, score) in list {
+            let tier = Tier::parse(&tier).map_err(|e| super::errors::to_py(py, e))?;
+            out.push((id, ns, tier, summary, score));
+        }
+        hits.push(out);
+    }
+    let rows = events::search(method, caller, k_json, &searched, query, created_at, hits);
+    let out = (PyList::empty(py), PyList::empty(py));
+    append_rows(py, rows, op_id.as_any(), fold, &out)?;
+    Ok(out)
+}
+
+/// A text's fold column: None, the folded text, or `fold(text)` (Python's casefold).
+fn fold_of<'py>(
+    text: &Bound<'py, PyString>,
+    how: Fold,
+    fold: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = text.py();
+    match how {
+        Fold::Same => Ok(py.None().into_bound(py)),
+        Fold::Folded(s) => Ok(PyString::new(py, &s).into_any()),
+        Fold::Python => fold.call1((text,)),
+    }
+}
+
+/// Append a search's rows (`memini.events.event_row`'s tuples) and its query's row
+/// (`op_query`'s, when it has one) to `out`, under the operation id `op`.
+fn append_rows<'py>(
+    py: Python<'py>,
+    call: Rows,
+    op: &Bound<'py, PyAny>,
+    fold: &Bound<'py, PyAny>,
+    out: &(Bound<'py, PyList>, Bound<'py, PyList>),
+) -> PyResult<()> {
+    let kind = PyString::intern(py, "recall").into_any();
+    let empty = PyString::intern(py, "").into_any();
+    let none = py.None().into_bound(py);
+    let created = call.created_at.into_pyobject(py)?.into_any();
+    let details: Vec<_> = call
+        .details
+        .iter()
+        .map(|d| PyString::new(py, d).into_any())
+        .collect();
+    let mut last: Option<(String, Bound<'py, PyAny>)> = None;
+    for row in call.rows {
+        let ns = match &last {
+            Some((name, text)) if *name == row.namespace => text.clone(),
+            _ => {
+                let text = PyString::new(py, &row.namespace).into_any();
+                last = Some((row.namespace.clone(), text.clone()));
+                text
+            }
+        };
+        let hit = !row.memory_id.is_empty();
+        let summary = PyString::new(py, &row.summary);
+        let summary_fold = fold_of(&summary, row.summary_fold, fold)?;
+        let items: [Bound<'py, PyAny>; 14] = [
+            op.clone(),
+            kind.clone(),
+            ns.clone(),
+            empty.clone(),
+            if hit {
+                PyString::new(py, &row.memory_id).into_any()
+            } else {
+                empty.clone()
+            },
+            if hit { ns } else { empty.clone() },
+            match row.tier {
+                Some(t) => PyString::intern(py, t.as_str()).into_any(),
+                None => none.clone(),
+            },
+            summary.into_any(),
+            row.rank.into_pyobject(py)?.into_any(),
+            match row.score {
+                Some(s) => PyFloat::new(py, s).into_any(),
+                None => none.clone(),
+            },
+            details[row.detail].clone(),
+            created.clone(),
+            none.clone(),
+            summary_fold,
+        ];
+        out.0.append(PyTuple::new(py, items)?)?;
+    }
+    if !call.query.is_empty() {
+        let query = PyString::new(py, &call.query);
+        let folded = fold_of(&query, call.query_fold, fold)?;
+        out.1.append((op, query, folded, created))?;
+    }
+    Ok(())
 }

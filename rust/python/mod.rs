@@ -177,6 +177,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(simd, m)?)?;
     m.add_function(wrap_pyfunction!(front::event_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(front::search_event_rows, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
     m.add_function(wrap_pyfunction!(rules::fuse, m)?)?;
     m.add_function(wrap_pyfunction!(rules::vector_scores, m)?)?;

@@ -1,17 +1,24 @@
-//! The event rows of the calls the front answers itself (API.md sections 5 and 8), queued
+//! The event rows of served searches (API.md sections 5 and 8), made in the core and queued
 //! without the GIL for the owning process to write.
 //!
-//! A call is queued as the plain values its rows are made of (`memini.server._events`
-//! makes the rows, one home for their shape): the `EventRecorder` thread takes the whole
-//! queue each batch, in one GIL take, and appends the rows with its own. The queue is
-//! bounded in rows: a call whose rows do not fit is dropped whole, never waited for, and its
-//! rows counted (`dropped`, in the served `stats()` and `/metrics`).
+//! [`search`] is the one home of a search's rows: one per hit (0-based `rank`, `score`, the
+//! hit's id, namespace, tier and [`summary`]) under the hit's own namespace, or one per
+//! namespace searched when nothing was found, each with the call's `detail` JSON; the query
+//! once, for `event_queries`. The front makes them when it answers a call; the app's
+//! recorder (`memini.server._events.search_events`) calls it through the binding for the
+//! searches Python answers. Each row is final but for its operation id, given when the
+//! rows are taken (`memini.types.new_id`, the one home of ids), and the fold of a non-ASCII
+//! text (`str.casefold`, Python's: [`Fold::Python`]).
+//!
+//! The queue is bounded in rows: a call whose rows do not fit is dropped whole, never
+//! waited for, and its rows counted (`dropped`, in the served `stats()` and `/metrics`).
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::types::Micros;
+use crate::types::{Micros, Tier};
 
 /// The longest summary an event row keeps, in characters.
 const SUMMARY_CHARS: usize = 200;
@@ -33,46 +40,186 @@ pub fn summary(summary: &str, content: &str) -> String {
     }
 }
 
+/// A text's `*_fold` column (`memini.events._fold`: `str.casefold()`, NULL when that
+/// changes nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fold {
+    /// Folding changes nothing: NULL.
+    Same,
+    /// The folded text.
+    Folded(String),
+    /// Not ASCII: folded by Python's `str.casefold` when the rows are taken (Rust's
+    /// lowercase is not casefold beyond ASCII, e.g. `ß`).
+    Python,
+}
+
+impl Fold {
+    /// The fold of `text`: exact for ASCII (where casefold is ASCII lowercase), else
+    /// [`Fold::Python`].
+    #[must_use]
+    pub fn of(text: &str) -> Self {
+        if !text.is_ascii() {
+            Self::Python
+        } else if text.bytes().any(|b| b.is_ascii_uppercase()) {
+            Self::Folded(text.to_ascii_lowercase())
+        } else {
+            Self::Same
+        }
+    }
+}
+
 /// A hit as its event row names it: (id, namespace, tier, summary, score).
-pub type Hit = (String, String, &'static str, String, f64);
+pub type Hit = (String, String, Tier, String, f64);
 
-/// Who made a call: (`admin`, `open` or `key`, the key's name).
-pub type Caller = (&'static str, String);
+/// One row of a search (`memini.events.event_row` with `kind = "recall"`, `query = ""`,
+/// `query_fold` NULL): a hit's row, or a namespace searched that found nothing
+/// (`memory_id`, `memory_ns` and `summary` empty, no tier, no score).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub namespace: String,
+    pub memory_id: String,
+    pub tier: Option<Tier>,
+    pub summary: String,
+    pub summary_fold: Fold,
+    pub rank: usize,
+    pub score: Option<f64>,
+    /// Its `detail`: an index into [`Rows::details`].
+    pub detail: usize,
+}
 
-/// One search the front answered: (method, caller, k, namespaces searched, query,
-/// created_at, one list of hits per query).
-pub type Search = (
-    &'static str,
-    Caller,
-    u64,
-    Vec<String>,
-    String,
-    Micros,
-    Vec<Vec<Hit>>,
-);
+impl Row {
+    /// Its `memory_ns`: the hit's namespace, empty for a row that names no memory.
+    #[must_use]
+    pub fn memory_ns(&self) -> &str {
+        if self.memory_id.is_empty() {
+            ""
+        } else {
+            &self.namespace
+        }
+    }
+}
+
+/// The rows of one search, with what they share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rows {
+    /// The `detail` JSON texts (one per query of a `vector_search_many`, else one).
+    pub details: Vec<String>,
+    pub rows: Vec<Row>,
+    /// The query (`event_queries`, when not empty) and its fold.
+    pub query: String,
+    pub query_fold: Fold,
+    pub created_at: Micros,
+}
+
+/// A search's `detail` JSON text, as `memini._values.metadata_to_json` writes the dict
+/// `{"method", "caller", "k", "namespaces"[, "query_index"]}` (compact, key order kept,
+/// non-ASCII kept; `k_json`: `k` as JSON, which the app keeps as the caller typed it).
+#[must_use]
+pub fn search_detail(
+    method: &str,
+    caller: &str,
+    k_json: &str,
+    searched: &[String],
+    query_index: Option<usize>,
+) -> String {
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let mut out = format!(
+        r#"{{"method":{},"caller":{},"k":{k_json},"namespaces":{}"#,
+        text(method),
+        text(caller),
+        serde_json::to_string(searched).unwrap_or_default()
+    );
+    if let Some(i) = query_index {
+        let _ = write!(out, r#","query_index":{i}"#);
+    }
+    out.push('}');
+    out
+}
+
+/// The rows of one search made at `created_at` (`results`: one list of hits per query,
+/// several only for `vector_search_many`; `searched`: the namespaces searched).
+#[must_use]
+pub fn search(
+    method: &str,
+    caller: &str,
+    k_json: &str,
+    searched: &[String],
+    query: String,
+    created_at: Micros,
+    results: Vec<Vec<Hit>>,
+) -> Rows {
+    let many = method == "vector_search_many";
+    let mut details = Vec::with_capacity(results.len());
+    let mut rows = Vec::new();
+    for (i, hits) in results.into_iter().enumerate() {
+        let detail = details.len();
+        details.push(search_detail(
+            method,
+            caller,
+            k_json,
+            searched,
+            many.then_some(i),
+        ));
+        if hits.is_empty() {
+            rows.extend(searched.iter().map(|ns| Row {
+                namespace: ns.clone(),
+                memory_id: String::new(),
+                tier: None,
+                summary: String::new(),
+                summary_fold: Fold::Same,
+                rank: 0,
+                score: None,
+                detail,
+            }));
+        }
+        rows.extend(hits.into_iter().enumerate().map(
+            |(rank, (id, namespace, tier, summary, score))| Row {
+                namespace,
+                memory_id: id,
+                tier: Some(tier),
+                summary_fold: Fold::of(&summary),
+                summary,
+                rank,
+                score: Some(score),
+                detail,
+            },
+        ));
+    }
+    let query_fold = Fold::of(&query);
+    Rows {
+        details,
+        rows,
+        query,
+        query_fold,
+        created_at,
+    }
+}
 
 /// The bounded queue of searches answered, by rows.
 pub struct Events {
-    queue: Mutex<(Vec<Search>, usize)>,
+    queue: Mutex<(Vec<Rows>, usize)>,
     max_rows: usize,
     dropped: AtomicU64,
+    /// The callers' names of the admin and of open access (`memini.server._auth`'s
+    /// `ADMIN.name` and `OPEN.name`; a key's caller is its name).
+    pub callers: (String, String),
 }
 
 impl Events {
-    /// A queue of at most `max_rows` rows.
+    /// A queue of at most `max_rows` rows, naming the admin and open access `callers`.
     #[must_use]
-    pub fn new(max_rows: usize) -> Self {
+    pub fn new(max_rows: usize, callers: (String, String)) -> Self {
         Self {
             queue: Mutex::default(),
             max_rows,
             dropped: AtomicU64::new(0),
+            callers,
         }
     }
 
     /// Queue a search's rows, or count them dropped when they do not fit.
-    pub fn push(&self, search: Search) {
-        let searched = search.3.len();
-        let rows: usize = search.6.iter().map(|h| h.len().max(searched)).sum();
+    pub fn push(&self, search: Rows) {
+        let rows = search.rows.len();
         let mut queue = self.queue.lock();
         if queue.1 + rows > self.max_rows {
             drop(queue);
@@ -84,7 +231,7 @@ impl Events {
     }
 
     /// Everything queued, oldest first; the queue is empty after.
-    pub fn take(&self) -> Vec<Search> {
+    pub fn take(&self) -> Vec<Rows> {
         let mut queue = self.queue.lock();
         queue.1 = 0;
         std::mem::take(&mut queue.0)
@@ -113,35 +260,76 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_whole_calls_and_counts_their_rows() {
-        let events = Events::new(3);
+        let events = Events::new(3, ("admin".to_owned(), "open".to_owned()));
         let hit = || {
-            (
-                "id".to_owned(),
-                "ns".to_owned(),
-                "semantic",
-                String::new(),
-                1.0,
-            )
+            let ns = "ns".to_owned();
+            (String::from("id"), ns, Tier::Semantic, String::new(), 1.0)
         };
-        let search = |hits: Vec<Hit>| {
-            let caller = ("admin", String::new());
-            (
+        let searched = ["ns".to_owned()];
+        let rows = |hits: Vec<Hit>| {
+            search(
                 "vector_search",
-                caller,
-                10,
-                vec!["ns".to_owned()],
+                "a",
+                "10",
+                &searched,
                 String::new(),
                 0,
                 vec![hits],
             )
         };
-        events.push(search(vec![hit(), hit()]));
-        events.push(search(vec![hit(), hit()])); // 4 rows > 3: dropped
-        events.push(search(vec![])); // one row: the namespace searched
+        events.push(rows(vec![hit(), hit()]));
+        events.push(rows(vec![hit(), hit()])); // 4 rows > 3: dropped
+        events.push(rows(vec![])); // one row: the namespace searched
         assert_eq!(events.dropped(), 2);
         assert_eq!(events.take().len(), 2);
         assert!(events.take().is_empty());
-        events.push(search(vec![hit(), hit(), hit()]));
+        events.push(rows(vec![hit(), hit(), hit()]));
         assert_eq!(events.dropped(), 2);
+    }
+
+    #[test]
+    fn ascii_is_folded_here_and_the_rest_left_to_python() {
+        assert_eq!(Fold::of("abc 1!"), Fold::Same);
+        assert_eq!(Fold::of(""), Fold::Same);
+        assert_eq!(Fold::of("AbC"), Fold::Folded("abc".to_owned()));
+        assert_eq!(Fold::of("straße"), Fold::Python);
+    }
+
+    #[test]
+    fn a_search_gives_a_row_per_hit_or_per_namespace_searched() {
+        let searched = ["a".to_owned(), "b".to_owned()];
+        let hit = (
+            String::from("m1"),
+            "b".to_owned(),
+            Tier::Episodic,
+            "Hi".to_owned(),
+            0.5,
+        );
+        let many = vec![vec![hit], vec![]];
+        let rows = search(
+            "vector_search_many",
+            "k\"1",
+            "3",
+            &searched,
+            String::new(),
+            7,
+            many,
+        );
+        assert_eq!(
+            rows.details,
+            [
+                r#"{"method":"vector_search_many","caller":"k\"1","k":3,"namespaces":["a","b"],"query_index":0}"#,
+                r#"{"method":"vector_search_many","caller":"k\"1","k":3,"namespaces":["a","b"],"query_index":1}"#,
+            ]
+        );
+        let names: Vec<_> = rows
+            .rows
+            .iter()
+            .map(|r| (r.namespace.as_str(), r.memory_ns(), r.detail))
+            .collect();
+        assert_eq!(names, [("b", "b", 0), ("a", "", 1), ("b", "", 1)]);
+        assert_eq!(rows.rows[0].summary_fold, Fold::Folded("hi".to_owned()));
+        assert_eq!(rows.rows[0].score, Some(0.5));
+        assert_eq!(rows.rows[1].score, None);
     }
 }

@@ -43,7 +43,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::embed::Batcher;
 use crate::Engine;
 use auth::{Decision, Keys};
-use events::{Events, Search};
+use events::{Events, Rows};
 
 /// The header carrying the front's decision to the Python app.
 pub const PRINCIPAL: &str = "memini-principal";
@@ -217,9 +217,11 @@ impl Front {
 
     /// Start serving: auth from the keys of `set_keys` (none before), the hot routes
     /// answered from `engine` (when given; their event rows queued for `take_events`, up
-    /// to `event_rows` rows, none when 0) and text recalls with the store's `embedder`
-    /// (when it is the core's), everything else forwarded to the app listening on the Unix
-    /// socket `app` with `token`. Once only (later calls do nothing).
+    /// to `event_rows` rows, none when 0; `callers`: the names its rows give the admin and
+    /// open access) and text recalls with the store's `embedder` (when it is the core's),
+    /// everything else forwarded to the app listening on the Unix socket `app` with `token`.
+    /// Once only (later calls do nothing).
+    #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     pub fn serve(
         &self,
         app: PathBuf,
@@ -228,6 +230,7 @@ impl Front {
         engine: Option<Arc<Engine>>,
         embedder: Option<Arc<Batcher>>,
         event_rows: usize,
+        callers: (String, String),
     ) {
         let Some(listener) = self.listener.lock().take() else {
             return;
@@ -246,7 +249,7 @@ impl Front {
             observed: self.observed.clone(),
             events: (event_rows > 0).then(|| {
                 self.events
-                    .get_or_init(|| Arc::new(Events::new(event_rows)))
+                    .get_or_init(|| Arc::new(Events::new(event_rows, callers)))
                     .clone()
             }),
         });
@@ -279,8 +282,8 @@ impl Front {
         self.observed.take()
     }
 
-    /// The searches answered here since the last call, for their event rows.
-    pub fn take_events(&self) -> Vec<Search> {
+    /// The event rows of the searches answered here since the last call.
+    pub fn take_events(&self) -> Vec<Rows> {
         self.events.get().map(|e| e.take()).unwrap_or_default()
     }
 

@@ -16,7 +16,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::auth::{Decision, Keys};
-use super::events::{self, Caller, Events, Search};
+use super::events::{self, Events};
 use super::wire;
 use crate::embed::Batcher;
 use crate::engine::recall_defaults::{
@@ -98,12 +98,14 @@ fn may_read(call: &Call<'_>, namespace: &str) -> bool {
     crate::limits::namespace(namespace).is_ok() && owns(call.keys, call.decision, namespace)
 }
 
-/// Who the caller is, for its event rows (`memini.server._auth.Gate.caller`).
-fn caller(keys: &Keys, decision: &Decision) -> Option<Caller> {
-    match decision {
-        Decision::Admin => Some(("admin", String::new())),
-        Decision::Open => Some(("open", String::new())),
-        Decision::Key(hash) => keys.key(hash).map(|k| ("key", k.name.clone())),
+/// Who the caller is, by the name its event rows give (`memini.server._auth.Gate.caller`).
+fn caller(call: &Call<'_>) -> Option<String> {
+    let names = call.events.map(|e| &e.callers);
+    let name = |pick: fn(&(String, String)) -> &String| names.map(pick).cloned();
+    match call.decision {
+        Decision::Admin => Some(name(|n| &n.0).unwrap_or_default()),
+        Decision::Open => Some(name(|n| &n.1).unwrap_or_default()),
+        Decision::Key(hash) => call.keys.key(hash).map(|k| k.name.clone()),
         Decision::Missing | Decision::Malformed | Decision::Unknown => None,
     }
 }
@@ -242,7 +244,7 @@ pub fn vector_search(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     answer_search(
         call,
         "vector_search",
-        who,
+        &who,
         args.k,
         args.namespace,
         String::new(),
@@ -281,16 +283,16 @@ pub fn vector_search_many(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
         Some(())
     })?;
     if let Some(queue) = call.events {
-        let namespaces = vec![args.namespace];
-        let method = "vector_search_many";
-        queue.push(search(
-            method,
-            who,
+        let searched = [args.namespace];
+        let rows = search(
+            "vector_search_many",
+            &who,
             args.k,
-            namespaces,
+            &searched,
             String::new(),
             results,
-        ));
+        );
+        queue.push(rows);
     }
     Some(json)
 }
@@ -320,7 +322,7 @@ pub fn keyword_search(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     answer_search(
         call,
         "keyword_search",
-        who,
+        &who,
         args.k,
         args.namespace,
         args.query,
@@ -335,18 +337,18 @@ fn may_search(
     namespace: &str,
     filter: Option<&serde_json::Value>,
     k: u64,
-) -> Option<Caller> {
+) -> Option<String> {
     if filter.is_some() || !(1..=crate::limits::MAX_K).contains(&k) || !may_read(call, namespace) {
         return None;
     }
-    caller(call.keys, call.decision)
+    caller(call)
 }
 
 /// A search's answer, its event rows queued.
 fn answer_search(
     call: &Call<'_>,
     method: &'static str,
-    who: Caller,
+    who: &str,
     k: u64,
     namespace: String,
     query: String,
@@ -354,7 +356,7 @@ fn answer_search(
 ) -> Option<Vec<u8>> {
     let json = wire::hits(&hits)?;
     if let Some(queue) = call.events {
-        queue.push(search(method, who, k, vec![namespace], query, vec![hits]));
+        queue.push(search(method, who, k, &[namespace], query, vec![hits]));
     }
     Some(json)
 }
@@ -481,12 +483,15 @@ pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let json = wire::recalled(&found)?;
     if let Some(queue) = call.events {
         let hits = found.into_iter().map(|r| hit(r.memory, r.score)).collect();
-        queue.push(search_of(
+        let now = crate::types::now_micros();
+        let k = args.k.to_string();
+        queue.push(events::search(
             "recall",
-            who,
-            args.k,
-            searched,
+            &who,
+            &k,
+            &searched,
             args.query,
+            now,
             vec![hits],
         ));
     }
@@ -518,38 +523,27 @@ pub fn get(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     wire::memory_answer(&m)
 }
 
-/// A search's event values (`events::Search`), made now.
+/// A search's event rows (`events::search`), made now.
 fn search(
-    method: &'static str,
-    who: Caller,
+    method: &str,
+    who: &str,
     k: u64,
-    namespaces: Vec<String>,
+    searched: &[String],
     query: String,
     results: Vec<Vec<Scored>>,
-) -> Search {
+) -> events::Rows {
     let hits = results
         .into_iter()
         .map(|hits| hits.into_iter().map(|h| hit(h.memory, h.score)).collect())
         .collect();
-    search_of(method, who, k, namespaces, query, hits)
+    let now = crate::types::now_micros();
+    events::search(method, who, &k.to_string(), searched, query, now, hits)
 }
 
 /// A hit as its event row names it.
 fn hit(m: Memory, score: f64) -> events::Hit {
     let summary = events::summary(&m.summary, &m.content);
-    (m.id, m.namespace, m.tier.as_str(), summary, score)
-}
-
-fn search_of(
-    method: &'static str,
-    who: Caller,
-    k: u64,
-    namespaces: Vec<String>,
-    query: String,
-    hits: Vec<Vec<events::Hit>>,
-) -> Search {
-    let now = crate::types::now_micros();
-    (method, who, k, namespaces, query, now, hits)
+    (m.id, m.namespace, m.tier, summary, score)
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ from memini.embed import LocalEmbedder
 from memini.errors import InvalidArgumentError, MeminiError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
-from memini.server._auth import ADMIN_KEY_ENV, Gate, is_loopback
+from memini.server._auth import ADMIN, ADMIN_KEY_ENV, OPEN, Gate, is_loopback
 from memini.server._events import EventRecorder
 from memini.server._service import Service
 from memini.store import Store
@@ -309,7 +309,7 @@ class Server:
             path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
             opts.max_connections, engine if isinstance(engine, Engine) else None,
             _local_model(self.service.store._embedder),
-            opts.event_queue if recorder is not None else 0,
+            opts.event_queue if recorder is not None else 0, (ADMIN.name, OPEN.name),
         )  # fmt: skip
         self.service.front = front
         return sock

@@ -36,7 +36,7 @@ from memini.errors import AuthError
 from memini.store import Store
 from memini.types import APIKey, EventFilter, hash_api_key
 
-__all__ = ["ADMIN_KEY_ENV", "Gate", "Principal", "Unauthenticated", "caller_name", "is_loopback"]
+__all__ = ["ADMIN_KEY_ENV", "Gate", "Principal", "Unauthenticated", "is_loopback"]
 
 ADMIN_KEY_ENV: Final = "MEMINI_ADMIN_KEY"
 """The environment variable holding the admin secret."""
@@ -77,12 +77,6 @@ class Principal:
 
 ADMIN: Final = Principal(None, "admin", secret=True)
 OPEN: Final = Principal(None, "open-loopback")
-
-
-def caller_name(kind: str, key_name: str) -> str:
-    """The `Principal.name` of a caller the front decided: ``admin``, ``open`` or ``key``
-    (with the key's name)."""
-    return {"admin": ADMIN.name, "open": OPEN.name}.get(kind, key_name)
 
 
 def is_loopback(host: str) -> bool:

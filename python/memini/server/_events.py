@@ -16,15 +16,17 @@ rows), so a search pays no fsync. The price: the rows of the last ``flush_every`
 before a crash (SIGKILL) are lost; a clean stop (SIGTERM) writes them all. The log is pruned
 by the same thread to ``retention`` (age) and ``keep_max`` (rows).
 
-Behind the HTTP front (`memini._core.Front`), the searches the front answers itself queue
-their values in the core, without the GIL (bounded: a full queue drops a call's rows and
-counts them, `EventRecorder.dropped`); each batch takes that queue in one GIL take and makes
-the rows here (`search_events`), as for a search the app served.
+A search's rows are made by the core (`memini._core.search_event_rows`, the one home of
+their rule), for the searches the app answers as for those the HTTP front
+(`memini._core.Front`) answers itself: the front makes them when it answers, without the
+GIL, and queues them (bounded: a full queue drops a call's rows and counts them,
+`EventRecorder.dropped`); each batch takes that queue as ready rows in one call
+(`Front.take_events`: Python only names each operation, `new_id`, and folds a non-ASCII
+text, `memini.events.fold`).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -32,10 +34,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from memini._core import Front, event_summary
+from memini._core import Front, event_summary, search_event_rows
 from memini._values import metadata_to_json, now_micros
-from memini.events import EventRow, OpQueryRow, event_row, op_query
-from memini.server._auth import caller_name
+from memini.events import EventRow, OpQueryRow, event_row, fold
 from memini.store import Store
 from memini.types import EventKind, Memory, Tier, new_id
 
@@ -112,11 +113,6 @@ class CallEvents:
         self.rows: list[EventRow] = []
         self.queries: list[OpQueryRow] = []
 
-    def query(self, text: str) -> None:
-        """The call's query, stored once for all its rows (`memini.events.op_query`)."""
-        if text:
-            self.queries.append(op_query(self.op, text, self.now))
-
     def row(
         self,
         detail: str,
@@ -137,21 +133,6 @@ class CallEvents:
             )
         )  # fmt: skip
 
-    def hits(self, hits: list[Hit], text: str, searched: list[str]) -> None:
-        """One row per hit (``text``: the call's detail JSON), under the hit's own
-        namespace; when nothing was found, one row per namespace searched (so each
-        tenant's log holds its own searches, and only those)."""
-        if not hits:
-            for ns in searched:
-                self.row(text, namespace=ns)
-        for rank, (id, ns, tier, summary, score) in enumerate(hits):
-            self.rows.append(
-                event_row(
-                    self.op, self.kind, ns, "", id, ns, tier, summary, rank, score, text,
-                    self.now,
-                )
-            )  # fmt: skip
-
 
 def search_events(
     method: str,
@@ -163,44 +144,14 @@ def search_events(
     now: int | None = None,
 ) -> CallEvents:
     """The rows of one search (``results``: one list of hits per query, several only for
-    ``vector_search_many``) and its query, made at ``now`` (default: now)."""
+    ``vector_search_many``) and its query, made at ``now`` (default: now) by the core's
+    rule (`memini._core.search_event_rows`)."""
     call = CallEvents(EventKind.RECALL, "", now)
-    call.query(query)
-    if method == "vector_search_many":
-        for i, hits in enumerate(results):
-            call.hits(hits, _search_detail(method, caller, k, searched, i), searched)
-    else:
-        call.hits(results[0], _search_detail(method, caller, k, searched, None), searched)
+    k_json = metadata_to_json({"k": k}, "k")[5:-1]  # k as the detail dict writes it
+    call.rows, call.queries = search_event_rows(
+        call.op, method, caller, k_json, searched, query, call.now, results, fold
+    )
     return call
-
-
-def _search_detail(
-    method: str, caller: str, k: object, searched: list[str], query_index: int | None
-) -> str:
-    """A search's ``detail`` JSON (method, caller, k, the namespaces searched, and the query's
-    index in a ``vector_search_many``), remembered: a server's searches repeat a few."""
-    try:  # by k's type too: 2 and 2.0 are one key, and two details
-        return _detail_text(method, caller, type(k).__name__, k, tuple(searched), query_index)
-    except TypeError:  # an unhashable k: the store refused it, but make its row anyway
-        return _detail_json(method, caller, type(k).__name__, k, tuple(searched), query_index)
-
-
-def _detail_json(
-    method: str,
-    caller: str,
-    k_type: str,
-    k: object,
-    searched: tuple[str, ...],
-    query_index: int | None,
-) -> str:
-    detail: dict[str, Any] = {"method": method, "caller": caller, "k": k}
-    detail["namespaces"] = list(searched)
-    if query_index is not None:
-        detail["query_index"] = query_index
-    return metadata_to_json(detail, "detail")
-
-
-_detail_text = functools.lru_cache(maxsize=4096)(_detail_json)
 
 
 def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -> CallEvents | None:
@@ -318,23 +269,16 @@ class EventRecorder:
         return 0 if self._front is None else self._front.events_dropped
 
     def _from_front(self) -> tuple[list[EventRow], list[OpQueryRow]]:
-        """The rows of the searches the front answered since the last batch."""
-        rows: list[EventRow] = []
-        queries: list[OpQueryRow] = []
+        """The rows of the searches the front answered since the last batch (made by the
+        front; here each operation gets its id)."""
         if self._front is None:
-            return rows, queries
-        for method, (kind, key), k, searched, query, now, results in self._front.take_events():
-            try:
-                call = search_events(
-                    method, caller_name(kind, key), k, searched, query, results, now
-                )
-            except Exception:
-                self.errors += 1
-                _LOG.exception("could not make the event rows of a served %s()", method)
-                continue
-            rows.extend(call.rows)
-            queries.extend(call.queries)
-        return rows, queries
+            return [], []
+        try:
+            return self._front.take_events(new_id, fold)
+        except Exception:  # the calls were served; their rows are lost, never the serving
+            self.errors += 1
+            _LOG.exception("could not take the event rows of the front's searches")
+            return [], []
 
     def record(self, method: str, args: Mapping[str, Any], result: Any, caller: str) -> None:
         """Queue the rows of a served call that succeeded (`event_rows`) for the next batch.
