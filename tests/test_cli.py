@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import struct
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -591,6 +592,50 @@ def test_json_errors_name_line_and_column(
     assert "1 bad line(s) not imported: 2" in out
     with Store.open(tmp_path / "s") as s:
         assert s.count("default") == 2
+
+
+def _same_json(a: object, b: object) -> bool:
+    """Equal values of equal types (floats bit for bit: -0.0 is not 0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return struct.pack("<d", a) == struct.pack("<d", b) or (a != a and b != b)  # NaN
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same_json, a, b))  # type: ignore[arg-type]
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
+    return a == b
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(f"[{2**64}, {-(2**63) - 1}, {2**63 - 1}, {2**70}]", id="long-integers"),
+        pytest.param('{"n": 18446744073709551616.0, "m": 1e19}', id="long-float"),
+        pytest.param("[NaN, Infinity, -Infinity, 1e400, -1e400, 1e-400]", id="not-finite"),
+        pytest.param(
+            '["\\ud800", "\\udfff x", "\\ud83d\\ude00", "\\u0000\\u0001"]', id="surrogates"
+        ),
+        pytest.param('{"a": 1, "a": 2, "b": [-0.0, 0, -0, 1E5, 1.5e-7]}', id="duplicates-zeros"),
+        pytest.param("\ufeff" + json.dumps({"embedding": [0.1, -3.4e38]}), id="bom"),
+        pytest.param(
+            json.dumps(
+                np.random.default_rng(7).standard_normal(384).astype(np.float32).tolist()
+                + np.random.default_rng(8).standard_normal(64).tolist()
+            ),
+            id="random-floats",
+        ),
+    ],
+)
+def test_lines_read_as_json_reads_them(line: str) -> None:
+    """orjson reads the lines when installed, but every value is the one json gives (an
+    integer beyond 64 bits stays exact, NaN and lone surrogates are accepted)."""
+    from memini.cli.records import decode_line
+
+    value, problem = decode_line((line + "\r\n").encode("utf-8", "surrogatepass"))
+    assert problem is None
+    assert _same_json(value, json.loads(line.lstrip("\ufeff")))
 
 
 def _facade_message(**fields: Any) -> str:

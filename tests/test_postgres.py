@@ -273,6 +273,76 @@ def test_filtered_search_returns_min_k_matches_past_the_index(pg_url: str) -> No
         assert len(s.vector_search("n", rng.standard_normal(8), k=25)) == 25
 
 
+def test_searches_on_one_connection_answer_as_embedded_around_a_large_answer(
+    pg_url: str,
+) -> None:
+    """The searches of one connection share its cursor (`Conn.rows`); an answer of more
+    rows than it keeps closes it, and the searches after it get a new one: vector answers
+    (text escaping included) are the embedded store's, and the others the same as before."""
+    from memini.postgres._pool import _KEEP_ROWS
+
+    rng = np.random.default_rng(5)
+    rows = [
+        Memory(
+            id=f"m{i:04d}\x00" if i % 7 == 0 else f"m{i:04d}",
+            namespace="n",
+            content=f"row {i} word{i % 3} \x01 text",
+            tags=["t\x00"] if i % 2 else [],
+            created_at=T0,
+            updated_at=T0,
+            last_accessed_at=T0,
+            embedding=rng.standard_normal(4),
+        )
+        for i in range(_KEEP_ROWS + 100)
+    ]
+    queries = rng.standard_normal((3, 4))
+
+    def vector(s: Store, k: int) -> list[Any]:
+        return [
+            [(h.memory, round(h.score, 6)) for h in s.vector_search("n", q, k=k)] for q in queries
+        ]
+
+    def others(s: Store) -> list[Any]:
+        return [
+            [h.memory for h in s.keyword_search("n", "word1 text", Filter(tags=["t\x00"]), k=9)],
+            [r.memory for r in s.recall("n", "word2", queries[0], k=9)],
+        ]
+
+    with (
+        Store.open(pg_url, dims=4, metric="cos") as pg,
+        Store.open(None, dims=4, metric="cos") as emb,
+    ):
+        pg.upsert_many(rows)
+        emb.upsert_many(rows)
+        before = others(pg)
+        assert vector(pg, 5) == vector(emb, 5)
+        assert vector(pg, _KEEP_ROWS + 50) == vector(emb, _KEEP_ROWS + 50)
+        assert vector(pg, 7) == vector(emb, 7)
+        assert others(pg) == before
+        assert all(before)
+
+
+def test_search_rows_carry_the_stored_vectors_bit_for_bit(pg_url: str) -> None:
+    """`Conn.rows` reads vectors as bytes and `stack_vectors` converts them all at once:
+    the same float32 values as stored (signed zeros, subnormals, extremes)."""
+    from memini.postgres._pool import stack_vectors
+
+    f32 = np.finfo(np.float32)
+    special = np.array([-0.0, f32.smallest_subnormal, -f32.max, f32.max, 1e-38, 1.0], np.float32)
+    vectors = np.random.default_rng(9).standard_normal((20, 6)).astype(np.float32)
+    vectors[::3] = special
+    with Store.open(pg_url, dims=6) as s:
+        s.upsert_many(
+            Memory(id=f"m{i:02d}", namespace="n", content="c", embedding=v)
+            for i, v in enumerate(vectors)
+        )
+        with s._engine._p.read() as conn:
+            rows = conn.rows("SELECT embedding FROM memories ORDER BY id", {})
+        got = stack_vectors([r[0] for r in rows])
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    assert got.tobytes() == vectors.tobytes()
+
+
 def _fill(s: Store) -> None:
     rng = np.random.default_rng(3)
     s.set_embed_model("test-model")

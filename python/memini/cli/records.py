@@ -25,13 +25,18 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from memini.cli.common import METRICS, CliError, Metric
 from memini.types import APIKey, Event, Memory, NamespaceLink, new_id
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson ships with memini[server] and [postgres]
+    orjson = None  # type: ignore[assignment]
 
 __all__ = [
     "EVENT_FIELDS",
@@ -273,12 +278,29 @@ def parse_event(obj: dict[str, Any]) -> Event:
     return _parse(Event, "event", obj, {})
 
 
+# orjson reads an integer beyond 64 bits as a float (json keeps it exact); every number of
+# fewer than 19 digits reads the same in both. A line's digits all become "0" (a bytes
+# translation: 10 us for a line of 384 floats, a regex search took 74) to find a longer run.
+_DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER: Final = b"0" * 19
+
+
 def decode_line(line: bytes) -> tuple[object, str | None]:
-    """The JSON value of one line of a file, or an error message naming the column."""
+    """The JSON value of one line of a file, or an error message naming the column.
+
+    The value is json's: orjson, when installed, reads the line first (4x faster on a line
+    of 384 floats, a third of an import's client time), and json reads what orjson refuses
+    (to name the problem, or to accept ``NaN``, ``1e400`` and lone surrogates as json does)
+    and any line with 19 digits in a row (`_LONG_NUMBER`), which orjson could read otherwise."""
     try:
         text = line.decode("utf-8-sig").rstrip("\r\n")
     except UnicodeDecodeError as e:
         return None, f"not valid UTF-8 ({e.reason} at byte {e.start + 1})"
+    if orjson is not None and _LONG_NUMBER not in line.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(text), None
+        except orjson.JSONDecodeError:
+            pass
     try:
         return json.loads(text), None
     except json.JSONDecodeError as e:

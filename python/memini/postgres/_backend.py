@@ -59,7 +59,14 @@ from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, up
 from memini.postgres._coherence import Coherence
 from memini.postgres._filter import LIVE_AT, order_by, where
 from memini.postgres._frequencies import Frequencies
-from memini.postgres._pool import DEFAULT_EF_SEARCH, Conn, Pool, translate, use_ef_search
+from memini.postgres._pool import (
+    DEFAULT_EF_SEARCH,
+    Conn,
+    Pool,
+    stack_vectors,
+    translate,
+    use_ef_search,
+)
 from memini.postgres._rows import SELECT, query_words, to_memory, write_values
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
 from memini.postgres._search import (
@@ -580,7 +587,7 @@ class PgEngine:
         hits = exact or [r[1:] for r in rows]
         if not hits:
             return []
-        scores = _core.vector_scores(self._metric, q, np.stack([r[-1] for r in hits]))
+        scores = _core.vector_scores(self._metric, q, stack_vectors([r[-1] for r in hits]))
         return sorted(zip(hits, scores, strict=True), key=lambda t: (-t[1], t[0][0]))[:k]
 
     def _vector_statement(
@@ -601,7 +608,7 @@ class PgEngine:
         with self._p.read() as conn:
             sql, params = self._vector_statement(conn, namespace, filter, k)
             params["q"] = vector
-            rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+            rows = conn.rows(sql, params)
         return [Scored(to_memory(r), s) for r, s in self._ranked(vector, rows, k)]
 
     def vector_search_many(
@@ -614,7 +621,7 @@ class PgEngine:
             sql, params = self._vector_statement(conn, namespace, filter, k)
             with conn.pipeline():
                 cursors = [
-                    conn.execute(sql, {**params, "q": q}, binary=True, prepare=True)
+                    conn.search_cursor().execute(sql, {**params, "q": q}, prepare=True)
                     for q in vectors
                 ]
             found = [c.fetchall() for c in cursors]
@@ -639,7 +646,7 @@ class PgEngine:
             params = keyword_params(words, weights)
             params["ns"] = namespace
             sql = keyword_sql(where(filter, params), k, len(weights))
-            rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+            rows = conn.rows(sql, params)
         rows.sort(key=lambda r: (-r[-1], r[0]))
         return [Scored(to_memory(r), float(r[-1])) for r in rows]
 
@@ -696,12 +703,7 @@ class PgEngine:
                     (fusion, fusion_param, context, quality, dedup),
                 )
                 ids = [cands[n][0] for n, *_ in order]
-                full = {
-                    r[0]: r
-                    for r in conn.execute(
-                        _BY_IDS, {"ids": ids}, binary=True, prepare=True
-                    ).fetchall()
-                }
+                full = {r[0]: r for r in conn.rows(_BY_IDS, {"ids": ids})}
             found = [
                 Recalled(
                     memory=to_memory(full[cands[n][0]]),
@@ -766,7 +768,7 @@ class PgEngine:
             neighbours,
         )
         params["q"] = vector
-        rows = conn.execute(sql, params, binary=True, prepare=True).fetchall()
+        rows = conn.rows(sql, params)
         # per source: the exact scan's rows when it ran, else the walk's; the keyword rows
         width = len(STANDING)
         vrows: dict[int, builtins.list[tuple[Any, ...]]] = {}
@@ -786,7 +788,7 @@ class PgEngine:
         if vector is not None and vrows:
             flat = [r for src in sorted(vrows) for r in vrows[src]]
             scores = _core.vector_scores(
-                self._metric, vector, np.stack([r[2 + width] for r in flat])
+                self._metric, vector, stack_vectors([r[2 + width] for r in flat])
             )
             at = 0
             for src in sorted(vrows):

@@ -39,11 +39,12 @@ import psycopg_pool
 from psycopg import pq
 from psycopg.adapt import Dumper, Loader
 from psycopg.types import TypeInfo
+from psycopg.types.string import ByteaBinaryLoader
 
 from memini.errors import InvalidArgumentError, MeminiError, StoreClosedError, UnavailableError
 from memini.postgres._rows import register_text_codec
 
-__all__ = ["Conn", "Pool", "translate", "use_ef_search"]
+__all__ = ["Conn", "Pool", "stack_vectors", "translate", "use_ef_search"]
 
 _POOL_MAX: Final = 16
 DEFAULT_EF_SEARCH: Final = 64
@@ -56,10 +57,39 @@ _SESSION: Final = (
 )
 
 
+_KEEP_ROWS: Final = 1000
+"""A result of more rows closes `Conn.rows`'s cursor (it is not kept until the next call)."""
+
+
 class Conn(psycopg.Connection[Any]):
-    """A pooled connection that knows its session's ``hnsw.ef_search``."""
+    """A pooled connection that knows its session's ``hnsw.ef_search``, and runs the
+    prepared statements of searches through one cursor of its own (`Conn.rows`)."""
 
     ef_search: int = DEFAULT_EF_SEARCH
+    vector_oid: int = 0
+    _binary: psycopg.Cursor[Any] | None = None
+
+    def rows(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` run as a prepared statement, values in binary, vectors as
+        their bytes (for `stack_vectors`).
+
+        One cursor serves every call of the connection: a cursor made per call looks up
+        the loader of each result column again (psycopg's client CPU for a 10-row vector
+        search: 0.14 ms with a cursor per call, 0.115 with this one)."""
+        cur = self._binary
+        if cur is None or cur.closed:
+            cur = self._binary = self.search_cursor()
+        cur.execute(sql, params, prepare=True)
+        rows = cur.fetchall()
+        if len(rows) > _KEEP_ROWS:  # the cursor holds its result until the next call
+            cur.close()
+        return rows
+
+    def search_cursor(self) -> psycopg.Cursor[Any]:
+        """A new cursor of values in binary, vectors as their bytes (`stack_vectors`)."""
+        cur = self.cursor(binary=True)
+        cur.adapters.register_loader(self.vector_oid, ByteaBinaryLoader)
+        return cur
 
 
 def use_ef_search(conn: Conn, ef: int) -> None:
@@ -93,6 +123,17 @@ class _VectorDumper(Dumper):
         return _HEAD.pack(len(obj), 0) + np.asarray(obj, ">f4").tobytes()
 
 
+def stack_vectors(raw: list[bytes]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """The vectors of `Conn.rows` (pgvector's binary form, of one dims) as the rows of
+    one float32 array: one conversion for all of them, where `_VectorLoader` made an
+    array per vector and a stack copied them again (a 10-row vector search: 0.024 ms of
+    client CPU less)."""
+    # each header (uint16 dims, uint16 unused) fills one float's slot: a column dropped
+    dims = _HEAD.unpack_from(raw[0])[0]
+    arr = np.frombuffer(b"".join(raw), ">f4").reshape(len(raw), 1 + dims)
+    return arr[:, 1:].astype(np.float32)
+
+
 def _register_vector(conn: Conn) -> None:
     info = TypeInfo.fetch(conn, "vector")
     if info is None:  # the migration creates the extension before any pool opens
@@ -101,6 +142,7 @@ def _register_vector(conn: Conn) -> None:
     dumper = type("_Vector", (_VectorDumper,), {"oid": info.oid})
     conn.adapters.register_dumper(np.ndarray, dumper)
     conn.adapters.register_loader(info.oid, _VectorLoader)
+    conn.vector_oid = info.oid
 
 
 # psycopg prepares a statement run this many times; None would also refuse prepare=True

@@ -33,6 +33,7 @@ walk's recall stays that of an unfiltered search.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -141,6 +142,7 @@ def _vector_ctes(
     return f"{walk}, {exact}", f"SELECT false, * FROM {name}g UNION ALL SELECT true, * FROM {name}e"
 
 
+@functools.lru_cache(maxsize=256)
 def vector_sql(metric: str, dims: int, cond: str, k: int, graph: bool) -> str:
     """The vector search of one namespace (``%(ns)s``, ``%(q)s`` and the filter's
     parameters): rows of ``SELECT`` plus the vector, each led by its ``exact`` flag; the
@@ -204,6 +206,7 @@ def _keyword_ranked(cond: str, k: int, terms: int, cols: Sequence[str]) -> str:
     )
 
 
+@functools.lru_cache(maxsize=256)
 def keyword_sql(cond: str, k: int, terms: int) -> str:
     """The keyword search of one namespace (``%(ns)s``, `keyword_params` of ``terms``
     weighing words, the filter's parameters): rows of ``SELECT`` plus the rank, in no order
