@@ -5,7 +5,11 @@
   bytes of the same length: the floor a Python HTTP server can reach on this machine, with
   the same client (httpx, keep-alive), 1 and 4 client processes. Goal: served >= 0.6x the
   floor with 4 clients; p50 with one client <= 1.0 ms.
-* durable single upserts served, 4 client processes (each a new row; a 2xx = durable).
+* durable single upserts served, 4 client processes (each a new row; a 2xx = durable), by the
+  front and by uvicorn (``--no-front``): upserts/s and the server's CPU per upsert.
+* ``vector_search`` p99 of one client while 4 client processes upsert single rows, against
+  its p99 alone (issue 34's goal: at most 3x), front and uvicorn. ``MEMINI_BENCH_ROWS`` sets
+  the store's size (e.g. 20000).
 * ``recall`` served, when the store has it (API.md section 6), against the same bare
   endpoint in the same run (goal >= 0.5x with 4 clients).
 * text ``recall`` with ``--embedder local`` (the server embeds each query), 4 client
@@ -35,6 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -138,16 +143,19 @@ def _load(
     seconds: float,
     tmp: Path,
     template: bool = False,
+    start: float | None = None,
 ) -> dict[str, float]:
-    """Run ``clients`` client processes for ``seconds``, each cycling through ``bodies`` (or
-    its own list of them); requests/s, latencies, and the requests that repeated a body
-    (beyond the warm-up's one)."""
+    """Run ``clients`` client processes for ``seconds`` (from ``start``, a `time.time`;
+    default: once they are all up), each cycling through ``bodies`` (or its own list of
+    them); requests/s, latencies, and the requests that repeated a body (beyond the
+    warm-up's one)."""
     own = bodies if bodies and isinstance(bodies[0], list) else [bodies] * clients
     files = []
     for c in range(clients):
         files.append(tmp / f"bodies-{time.monotonic_ns()}-{c}.json")
         files[c].write_text(json.dumps(own[c]))
-    start = time.time() + 1.5 + 0.4 * clients  # every client imported and connected
+    if start is None:
+        start = time.time() + 1.5 + 0.4 * clients  # every client imported and connected
     procs = [
         subprocess.Popen(
             [
@@ -558,14 +566,9 @@ def test_served_text_recall_front_vs_uvicorn(
     print("\ntext recall, front vs uvicorn:", json.dumps(info, indent=1))
 
 
-def test_served_durable_single_upserts(
-    benchmark: Any,
-    served: dict[str, Any],
-    data: D.Dataset,
-    tmp_path: Path,
-    pytestconfig: pytest.Config,
-) -> None:
-    seconds = _seconds(pytestconfig)
+def _upsert_bodies(data: D.Dataset) -> list[str]:
+    """Single-row upserts of the dataset's texts and vectors, each a new id (``@ID@``, which
+    the client replaces)."""
     bodies = []
     for i in range(50):
         m = {
@@ -575,17 +578,93 @@ def test_served_durable_single_upserts(
             "embedding": data.vectors[i].tolist(),
         }
         bodies.append(json.dumps({"memory": m}))
+    return bodies
+
+
+def test_served_durable_single_upserts(
+    benchmark: Any,
+    served: dict[str, Any],
+    served_uvicorn: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Durable single upserts (each a new row; a 2xx = durable), 4 client processes, served
+    by the front (the write answered in the core) and by uvicorn (``--no-front``), two
+    alternating runs each: upserts/s, latencies and the server's CPU per upsert (psutil,
+    every thread)."""
+    seconds = _seconds(pytestconfig)
+    bodies = _upsert_bodies(data)
     out: dict[str, Any] = {}
+    servers = {"uvicorn": served_uvicorn, "front": served}
 
     def run() -> None:
-        out.update(_load(served["url"], "/v1/upsert", bodies, 4, seconds, tmp_path, True))
+        for rnd in (1, 2):
+            for name, srv in servers.items():
+                proc = psutil.Process(srv["proc"].pid)
+                cpu0 = sum(proc.cpu_times()[:2])
+                r = _load(srv["url"], "/v1/upsert", bodies, 4, seconds, tmp_path, True)
+                cpu = sum(proc.cpu_times()[:2]) - cpu0
+                r["server_cpu_us_per_request"] = 1e6 * cpu / max(r["requests"], 1)
+                out[f"{name}_run{rnd}"] = r
 
-    benchmark.group = "server: durable single upserts"
+    benchmark.group = "server: durable single upserts, front vs uvicorn"
     benchmark.pedantic(run, rounds=1, iterations=1)
-    info = {f"served_4c_{k}": round(v, 3) for k, v in out.items()}
+    info: dict[str, Any] = {
+        f"{key}_{m}": round(v, 3) for key, r in out.items() for m, v in r.items()
+    }
     info["chroma_reference_4c_rps"] = 160  # the issue's measurement on this machine
     benchmark.extra_info.update(info)
-    print("\nserved upserts:", json.dumps(info, indent=1))
+    print("\nserved upserts, front vs uvicorn:", json.dumps(info, indent=1))
+
+
+def test_served_search_p99_under_upserts(
+    benchmark: Any,
+    served: dict[str, Any],
+    served_uvicorn: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """``vector_search`` k=10 p99 of one client process alone, then while 4 client processes
+    upsert single rows (durable) into the same server, by the front and by uvicorn
+    (``--no-front``): issue 34's goal is a loaded p99 at most 3x the idle one."""
+    seconds = _seconds(pytestconfig)
+    searches, upserts = _search_bodies(data), _upsert_bodies(data)
+    out: dict[str, Any] = {}
+    servers = {"uvicorn": served_uvicorn, "front": served}
+
+    def run() -> None:
+        for name, srv in servers.items():
+            url = srv["url"]
+            idle = _load(url, "/v1/vector_search", searches, 1, seconds, tmp_path)
+            start = time.time() + 1.5 + 0.4 * 5
+            with ThreadPoolExecutor(2) as pool:
+                writing = pool.submit(
+                    _load, url, "/v1/upsert", upserts, 4, seconds, tmp_path, True, start
+                )
+                loaded = _load(
+                    url, "/v1/vector_search", searches, 1, seconds, tmp_path, False, start
+                )
+                written = writing.result()
+            out[name] = {
+                "idle_search_p50_ms": idle["p50_ms"],
+                "idle_search_p99_ms": idle["p99_ms"],
+                "loaded_search_p50_ms": loaded["p50_ms"],
+                "loaded_search_p99_ms": loaded["p99_ms"],
+                "loaded_vs_idle_p99": loaded["p99_ms"] / idle["p99_ms"],
+                "upserts_rps": written["rps"],
+            }
+
+    benchmark.group = "server: search p99 under single upserts"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info: dict[str, Any] = {
+        f"{name}_{m}": round(v, 3) for name, r in out.items() for m, v in r.items()
+    }
+    info["rows"] = data.n
+    info["goal_loaded_vs_idle_p99"] = 3
+    benchmark.extra_info.update(info)
+    print("\nsearch p99 under upserts:", json.dumps(info, indent=1))
 
 
 def test_served_recall(

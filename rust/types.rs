@@ -17,6 +17,48 @@ pub fn now_micros() -> Micros {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// `content` with its whitespace collapsed and its case folded, so that trivially different
+/// restatements compare equal (`memini.normalize_content`, which calls this): the words
+/// between runs of Unicode White_Space (`char::is_whitespace`) joined with single spaces,
+/// each code point lowercased by the Unicode *simple* mapping (one code point to one, no
+/// context: U+0130 becomes `i`, U+03A3 always U+03C3).
+#[must_use]
+pub fn normalize_content(content: &str) -> String {
+    let mut out = String::with_capacity(content.len());
+    for word in content.split(char::is_whitespace).filter(|w| !w.is_empty()) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        if word.is_ascii() {
+            out.extend(word.chars().map(|c| c.to_ascii_lowercase()));
+            continue;
+        }
+        for c in word.chars() {
+            // the only code point whose full lowercase mapping is not one code point
+            if c == '\u{130}' {
+                out.push('i');
+            } else {
+                out.extend(c.to_lowercase());
+            }
+        }
+    }
+    out
+}
+
+/// The content key of exact-restatement dedup (`memini.fingerprint`, which calls this):
+/// the lowercase hex SHA-256 of the UTF-8 of `normalize_content(content)`.
+#[must_use]
+pub fn fingerprint(content: &str) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    let digest = Sha256::digest(normalize_content(content).as_bytes());
+    let mut hex = String::with_capacity(64);
+    for b in digest {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
+}
+
 /// A UTC instant's calendar fields (proleptic Gregorian), as Python's `datetime` holds them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Civil {

@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import psutil
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import memini
@@ -749,3 +749,497 @@ def test_fuzz_front_native_bodies(
         assert 400 <= r.status_code < 500, r.text
         assert set(r.json()["error"]) == {"type", "message"}
     assert searched.service.store.count("org/b") == 1
+
+
+# ------------------------------------------------------------------------ list and writes
+
+
+def _answer_or_error(server: Server, secret: str, method: str, raw: bytes) -> tuple[int, bytes]:
+    """The app's (status, body) for this body, served in-process (its events logged)."""
+    try:
+        return 200, _app_answer(server, secret, method, raw)
+    except memini.MeminiError as e:
+        return wire.status_of(e), b""
+
+
+def _stored(store: memini.Store, ns: str, id: str) -> tuple[bytes, bytes | None]:
+    """A stored row's JSON without what differs per write (its id, its stamps), and the
+    bytes of its vector."""
+    m = store.get(ns, id)
+    m.id, m.created_at, m.updated_at, m.last_accessed_at = "", None, None, None
+    v = store.get_embedding(ns, id)
+    return wire.dumps(m), None if v is None else v.tobytes()
+
+
+def _with_ids(body: dict[str, object], method: str, id: str) -> dict[str, object]:
+    """A write's body with its memories' ids replaced by ``id``-0, ``id``-1, ..."""
+    if method == "upsert":
+        return {**body, "memory": {**body["memory"], "id": f"{id}-0"}}  # type: ignore[dict-item]
+    ms = body["memories"]
+    return {**body, "memories": [{**m, "id": f"{id}-{i}"} for i, m in enumerate(ms)]}  # type: ignore[union-attr]
+
+
+def _assert_written_as_the_app_writes(
+    server: Server, secret: str, method: str, body: dict[str, object], native: bool | None
+) -> bool:
+    """The same write through the front (ids ``f-...``) and the app (ids ``a-...``): the same
+    answer (up to the ids), the same rows stored, the same event rows (up to the ids);
+    ``native``: whether the front must answer it itself (None: either)."""
+    store = server.service.store
+    recorder = server.service.recorder
+    assert recorder is not None
+    tag = f"{time.monotonic_ns()}"
+    front_body, app_body = _with_ids(body, method, f"f{tag}"), _with_ids(body, method, f"a{tag}")
+    recorder.flush()
+    before = {e.op_id for e in store.list_events(EventFilter())}
+    r, answered = _native(server, secret, method, wire.dumps(front_body))
+    if native is not None:
+        assert answered == native, r.text
+    recorder.flush()
+    by_front = {e.op_id for e in store.list_events(EventFilter())} - before
+    status, want = _answer_or_error(server, secret, method, wire.dumps(app_body))
+    recorder.flush()
+    by_app = {e.op_id for e in store.list_events(EventFilter())} - before - by_front
+    assert r.status_code == status, r.text
+    if status != 200:
+        assert not answered and not by_front and not by_app
+        return answered
+    assert r.content.replace(b'"f' + tag.encode(), b'"a' + tag.encode()) == want
+    memories = [body["memory"]] if method == "upsert" else body["memories"]
+    for i, m in enumerate(memories):  # type: ignore[union-attr]
+        ns = m["namespace"]  # type: ignore[index]
+        assert _stored(store, ns, f"f{tag}-{i}") == _stored(store, ns, f"a{tag}-{i}")
+    rows = [
+        sorted(
+            (e.kind, e.namespace, e.memory_id[1:], e.memory_ns, e.memory_tier,
+             e.memory_summary, e.rank, e.score, e.query, e.detail)
+            for e in store.list_events(EventFilter())
+            if e.op_id in ops
+        )
+        for ops in (by_front, by_app)
+    ]  # fmt: skip
+    assert rows[0] == rows[1] and rows[0]
+    return answered
+
+
+def _memory(**fields: object) -> dict[str, object]:
+    return {"id": "x", "namespace": "org/a/w", "content": "Hello  Wörld", **fields}
+
+
+@pytest.mark.parametrize(
+    ("secret", "method", "body"),
+    [
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0.5])}),
+        (KEY_A, "upsert", {"memory": _memory(embedding=_b64([0.1, 0.2, 0.3, 0.4]))}),
+        (
+            ADMIN,
+            "upsert",
+            {
+                "memory": _memory(
+                    embedding=[1e-7, 2.5, -1, 3],
+                    tier="working",
+                    level="deduced",
+                    summary='s\u0001"é',
+                    metadata={
+                        "z": [1, None, True],
+                        "a": {"b": "c"},
+                        "memory_type": "decision",
+                        "big": 18446744073709551615,
+                    },
+                    tags=["t", "é"],
+                    importance=0.7,
+                    access_count=3,
+                    superseded_by="y",
+                    confidence=1,
+                    linked_memory_ids=["q"],
+                    created_at=None,
+                    expires_at=None,
+                )
+            },
+        ),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], metadata=None)}),
+        (
+            KEY_A,
+            "upsert_many",
+            {
+                "memories": [
+                    _memory(embedding=[1, 0, 0, 0]),
+                    _memory(namespace="org/a", content="İΣ x", embedding=_b64([0, 1, 0, 0])),
+                ]
+            },
+        ),
+    ],
+)
+def test_writes_are_answered_by_the_front_as_the_app_answers_them(
+    searched: Server, secret: str, method: str, body: dict[str, object]
+) -> None:
+    _assert_written_as_the_app_writes(searched, secret, method, body, True)
+
+
+@pytest.mark.parametrize(
+    ("secret", "method", "body", "status"),
+    [
+        (KEY_A, "upsert", {"memory": _memory(namespace="org/b", embedding=[1, 0, 0, 0])}, 403),
+        (ADMIN, "upsert", {"memory": _memory()}, 200),  # no vector: the app's embedder rule
+        (ADMIN, "upsert", {"memory": _memory(embedding=[])}, 200),  # keyword-only
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0])}, 422),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 1e39])}, 400),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], metadata={"f": 1.5})}, 200),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], importance=None)}, 400),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], access_count=2.0)}, 200),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], access_count=-1)}, 400),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], confidence=1.5)}, 400),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], tier="x")}, 400),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], tags="t")}, 400),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], superseded_by="x")}, 400),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], namespace="")}, 400),
+        (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], zz=1)}, 400),
+        (
+            ADMIN,
+            "upsert",
+            {"memory": _memory(embedding=[1, 0, 0, 0], expires_at="2030-01-01T00:00:00+00:00")},
+            200,
+        ),
+        (ADMIN, "upsert_many", {"memories": []}, 200),
+        (
+            KEY_A,
+            "upsert_many",
+            {
+                "memories": [
+                    _memory(embedding=[1, 0, 0, 0]),
+                    _memory(namespace="org/b", embedding=[1, 0, 0, 0]),
+                ]
+            },
+            403,
+        ),
+    ],
+)
+def test_writes_the_front_is_unsure_of_go_to_the_app(
+    searched: Server, secret: str, method: str, body: dict[str, object], status: int
+) -> None:
+    """Anything but a memory the front reads exactly (another tenant's namespace, no
+    vector, a float in the metadata, a timestamp, a bad field) is written or refused by
+    the app, as before; nothing is written by the front."""
+    if status == 200 and method == "upsert" and body["memory"].get("id") == "x":  # type: ignore[attr-defined]
+        _assert_written_as_the_app_writes(searched, secret, method, body, False)
+        return
+    r, native = _native(searched, secret, method, wire.dumps(body))
+    assert not native
+    assert r.status_code == status, r.text
+    if status == 403:
+        assert "org/b" not in r.text
+    assert searched.service.store.count("org/b") == 1
+
+
+def test_a_memory_without_an_id_gets_one_from_the_app(searched: Server) -> None:
+    body = {"memory": {"namespace": "org/a/w", "content": "c", "embedding": [1, 0, 0, 0]}}
+    r, native = _native(searched, ADMIN, "upsert", wire.dumps(body))
+    assert (r.status_code, native) == (200, False)
+    assert searched.service.store.get("org/a/w", r.json()).content == "c"
+
+
+def test_delete_is_answered_by_the_front_as_the_app_answers_it(searched: Server) -> None:
+    store = searched.service.store
+    recorder = searched.service.recorder
+    assert recorder is not None
+    for id in ("del-f", "del-a"):
+        store.upsert(Memory(id=id, namespace="org/a/d", content=id, embedding=[1, 0, 0, 0]))
+    recorder.flush()
+    before = {e.op_id for e in store.list_events(EventFilter())}
+    raw = wire.dumps({"namespace": "org/a/d", "id": "del-f"})
+    r, native = _native(searched, KEY_A, "delete", raw)
+    assert native and (r.status_code, r.content) == (200, b"null")
+    recorder.flush()
+    by_front = {e.op_id for e in store.list_events(EventFilter())} - before
+    assert (
+        _app_answer(searched, KEY_A, "delete", wire.dumps({"namespace": "org/a/d", "id": "del-a"}))
+        == r.content
+    )
+    recorder.flush()
+    by_app = {e.op_id for e in store.list_events(EventFilter())} - before - by_front
+    rows = [
+        [
+            (e.kind, e.namespace, e.memory_id[:4], e.memory_ns, e.memory_tier, e.rank, e.detail)
+            for e in store.list_events(EventFilter())
+            if e.op_id in ops
+        ]
+        for ops in (by_front, by_app)
+    ]
+    assert rows[0] == rows[1] and len(rows[0]) == 1
+    assert store.count("org/a/d") == 0
+    for secret, body, status in [
+        (ADMIN, {"namespace": "org/a/d", "id": "del-f"}, 404),  # gone
+        (KEY_A, {"namespace": "org/b", "id": "m4"}, 403),
+        (ADMIN, {"namespace": "org/a/d"}, 400),
+    ]:
+        r, native = _native(searched, secret, "delete", wire.dumps(body))
+        assert (r.status_code, native) == (status, False), r.text
+    assert store.count("org/b") == 1
+
+
+@pytest.mark.parametrize(
+    ("secret", "body", "native"),
+    [
+        (ADMIN, {"namespace": "org/a"}, True),
+        (KEY_A, {"namespace": "org/a", "limit": 1, "offset": 1}, True),
+        (KEY_A, {"namespace": "org/a/sub", "filter": None, "limit": -3}, True),
+        (ADMIN, {"namespace": "nobody", "offset": 5}, True),
+        (ADMIN, {"namespace": "org/a", "filter": {"tags": ["t"]}}, False),
+        (ADMIN, {"namespace": "org/a", "limit": 2.0}, False),
+        (ADMIN, {"namespace": "org/a", "offset": -1}, False),
+        (ADMIN, {"namespace": "org/a", "limit": 2147483648}, False),
+        (KEY_A, {"namespace": "org/b"}, False),
+    ],
+)
+def test_list_is_answered_by_the_front_as_the_app_answers_it(
+    searched: Server, secret: str, body: dict[str, object], native: bool
+) -> None:
+    raw = wire.dumps(body)
+    r, answered = _native(searched, secret, "list", raw)
+    assert answered == native
+    status, want = _answer_or_error(searched, secret, "list", raw)
+    assert r.status_code == status
+    if status == 200:
+        assert r.content == want
+
+
+def test_writes_the_front_answers_are_in_the_store_metrics(searched: Server) -> None:
+    def counted() -> dict[str, float]:
+        text = httpx.get(f"{searched.url}/metrics").text
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(("memini_store_upserts_total", "memini_store_deletes_total"))
+        }
+
+    before = counted()
+    m = _memory(id="metric-1", embedding=[1, 0, 0, 0], metadata={"memory_type": "problem"})
+    for _ in range(2):  # an insert, then an update
+        assert _native(searched, ADMIN, "upsert", wire.dumps({"memory": m}))[1]
+    assert _native(
+        searched, ADMIN, "delete", wire.dumps({"namespace": "org/a/w", "id": "metric-1"})
+    )[1]
+    after = counted()
+    for op in ("insert", "update"):
+        key = f'memini_store_upserts_total{{memory_type="problem",op="{op}",tier="semantic"}}'
+        assert after[key] == before.get(key, 0.0) + 1
+    key = "memini_store_deletes_total"
+    assert after[key] == before[key] + 1
+
+
+_WRITE_FIELDS = st.fixed_dictionaries(
+    {
+        "namespace": st.sampled_from(["org/a/fz", "org/a", "org/c", ""]),
+        "content": _TEXT,
+        "embedding": st.lists(_FLOAT32, min_size=4, max_size=4)
+        | st.lists(_FLOAT32, min_size=4, max_size=4).map(_b64),
+    },
+    optional={
+        "tier": st.sampled_from(["working", "semantic", "x"]),
+        "level": st.sampled_from(["explicit", None]),
+        "summary": _TEXT,
+        "metadata": st.none() | st.dictionaries(_TEXT, _META, max_size=4),
+        "tags": st.lists(_TEXT, max_size=3),
+        "importance": st.floats(-1e300, 1e300, allow_nan=False)
+        | st.integers(-(1 << 63), (1 << 64) - 1),
+        "access_count": st.integers(-3, (1 << 64) - 1),
+        "confidence": st.none() | st.floats(-0.5, 1.5) | st.integers(-1, 2),
+        "superseded_by": st.none() | st.sampled_from(["y", "x"]),
+        "linked_memory_ids": st.lists(_TEXT, max_size=2),
+        "created_at": st.none() | _TIMES.map(datetime.isoformat),
+        "valid_to": st.none(),
+    },
+)
+_SPOIL = st.none() | st.tuples(
+    st.sampled_from(["namespace", "content", "embedding", "tier", "metadata", "tags", "id"]),
+    _JSON,
+)
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    secret=st.sampled_from([ADMIN, KEY_A]),
+    many=st.booleans(),
+    memories=st.lists(_WRITE_FIELDS, min_size=1, max_size=3),
+    spoil=_SPOIL,
+)
+def test_fuzz_front_writes_as_the_app(
+    searched: Server,
+    secret: str,
+    many: bool,
+    memories: list[dict[str, object]],
+    spoil: tuple[str, object] | None,
+) -> None:
+    """Whatever the memory, a write the front answers itself stores what the app stores and
+    answers what it answers (its event rows too); the rest are the app's own answers; the
+    other tenant's rows never change."""
+    memories = [{"id": "x", **m} for m in memories]
+    if spoil is not None:  # one field of the last memory made anything JSON
+        memories[-1][spoil[0]] = spoil[1]
+    body: dict[str, object] = {"memories": memories} if many else {"memory": memories[-1]}
+    method = "upsert_many" if many else "upsert"
+    answered = _assert_written_as_the_app_writes(searched, secret, method, body, None)
+    event(f"answered by the front: {answered}")
+    assert searched.service.store.count("org/b") == 1
+
+
+def _without_stamps(answer: bytes) -> object:
+    m = wire.loads(answer)
+    for name in ("id", "created_at", "updated_at", "last_accessed_at"):
+        m[name] = None
+    return m
+
+
+def _assert_updated_as_the_app_updates(
+    server: Server, secret: str, fields: dict[str, object] | None, native: bool | None
+) -> bool:
+    """The same update of two equal rows, one through the front and one by the app: the
+    same status, answer and stored row (up to ids and stamps), and event rows."""
+    store = server.service.store
+    recorder = server.service.recorder
+    assert recorder is not None
+    tag = f"{time.monotonic_ns()}"
+    for who in ("f", "a"):
+        m = Memory(
+            id=f"{who}{tag}", namespace="org/a/u", content="old", embedding=[1, 0, 0, 0],
+            metadata={"memory_type": "problem"}, tags=["t"], confidence=0.5,
+        )  # fmt: skip
+        store.upsert(m)
+    recorder.flush()
+    before = {e.op_id for e in store.list_events(EventFilter())}
+    bodies = [
+        {"namespace": "org/a/u", "id": f"{who}{tag}"}
+        | ({} if fields is None else {"fields": fields})
+        for who in ("f", "a")
+    ]
+    r, answered = _native(server, secret, "update", wire.dumps(bodies[0]))
+    if native is not None:
+        assert answered == native, r.text
+    recorder.flush()
+    by_front = {e.op_id for e in store.list_events(EventFilter())} - before
+    status, want = _answer_or_error(server, secret, "update", wire.dumps(bodies[1]))
+    recorder.flush()
+    by_app = {e.op_id for e in store.list_events(EventFilter())} - before - by_front
+    assert r.status_code == status, r.text
+    assert _stored(store, "org/a/u", f"f{tag}") == _stored(store, "org/a/u", f"a{tag}")
+    if status != 200:
+        assert not answered and not by_front and not by_app
+        return answered
+    assert _without_stamps(r.content) == _without_stamps(want)
+    rows = [
+        [
+            (e.kind, e.namespace, e.memory_ns, e.memory_tier, e.memory_summary, e.rank, e.detail)
+            for e in store.list_events(EventFilter())
+            if e.op_id in ops
+        ]
+        for ops in (by_front, by_app)
+    ]
+    assert rows[0] == rows[1] and len(rows[0]) == 1
+    return answered
+
+
+@pytest.mark.parametrize(
+    ("secret", "fields", "native"),
+    [
+        (ADMIN, None, True),
+        (ADMIN, {}, True),
+        (KEY_A, {"tier": "working", "summary": "s", "importance": 3}, True),
+        (
+            ADMIN,
+            {
+                "content": "New  Content",
+                "embedding": _b64([0, 1, 0, 0]),
+                "metadata": {"b": [1, None], "memory_type": "decision"},
+                "level": None,
+                "superseded_by": None,
+                "confidence": None,
+                "tags": [],
+                "linked_memory_ids": ["z"],
+                "access_count": 7,
+            },
+            True,
+        ),
+        (ADMIN, {"metadata": None, "level": "explicit", "confidence": 1}, True),
+        (ADMIN, {"embedding": [1, 2, 3, 4]}, True),
+        (ADMIN, {"content": "no vector"}, False),  # may need the server's embedder
+        (ADMIN, {"embedding": None}, False),
+        (ADMIN, {"embedding": [1, 2, 3]}, False),
+        (ADMIN, {"metadata": {"f": 0.5}}, False),
+        (ADMIN, {"updated_at": "2030-01-01T00:00:00+00:00"}, False),
+        (ADMIN, {"created_at": None}, False),
+        (ADMIN, {"tier": None}, False),
+        (ADMIN, {"confidence": 2}, False),
+        (ADMIN, {"superseded_by": "SELF"}, False),
+        (ADMIN, {"nope": 1}, False),
+        (ADMIN, {"access_count": 1.0}, False),
+    ],
+)
+def test_update_is_answered_by_the_front_as_the_app_answers_it(
+    searched: Server, secret: str, fields: dict[str, object] | None, native: bool
+) -> None:
+    if fields is not None and fields.get("superseded_by") == "SELF":
+        # the same id in each body: the row's own
+        r, answered = _native(
+            searched, ADMIN, "update",
+            wire.dumps({"namespace": "org/a", "id": "m1", "fields": {"superseded_by": "m1"}}),
+        )  # fmt: skip
+        assert (r.status_code, answered) == (400, False)
+        return
+    _assert_updated_as_the_app_updates(searched, secret, fields, native)
+
+
+def test_update_the_front_is_unsure_of_goes_to_the_app(searched: Server) -> None:
+    for secret, body, status in [
+        (KEY_A, {"namespace": "org/b", "id": "m4", "fields": {"tier": "working"}}, 403),
+        (ADMIN, {"namespace": "org/a", "id": "absent", "fields": {"tier": "working"}}, 404),
+        (ADMIN, {"namespace": "org/a", "id": "m1", "fields": None}, 400),
+    ]:
+        r, native = _native(searched, secret, "update", wire.dumps(body))
+        assert (r.status_code, native) == (status, False), r.text
+        if status == 403:
+            assert "org/b" not in r.text
+    assert searched.service.store.get("org/b", "m4").tier != "working"
+
+
+_UPDATE_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": _TEXT,
+        "embedding": st.lists(_FLOAT32, min_size=4, max_size=4)
+        | st.lists(_FLOAT32, min_size=4, max_size=4).map(_b64)
+        | st.none(),
+        "tier": st.sampled_from(["working", "procedural", "x"]),
+        "level": st.sampled_from(["explicit", None]),
+        "summary": _TEXT,
+        "metadata": st.none() | st.dictionaries(_TEXT, _META, max_size=4),
+        "tags": st.lists(_TEXT, max_size=3),
+        "importance": st.floats(-1e300, 1e300, allow_nan=False)
+        | st.integers(-(1 << 63), (1 << 64) - 1),
+        "access_count": st.integers(-3, (1 << 64) - 1),
+        "confidence": st.none() | st.floats(-0.5, 1.5),
+        "superseded_by": st.none() | st.just("y"),
+        "linked_memory_ids": st.lists(_TEXT, max_size=2),
+        "expires_at": st.none() | _TIMES.map(datetime.isoformat),
+    },
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    secret=st.sampled_from([ADMIN, KEY_A]),
+    fields=_UPDATE_FIELDS,
+    spoil=st.none() | st.tuples(st.sampled_from(["content", "tags", "metadata", "tier"]), _JSON),
+)
+def test_fuzz_front_updates_as_the_app(
+    searched: Server, secret: str, fields: dict[str, object], spoil: tuple[str, object] | None
+) -> None:
+    """Whatever the fields, an update the front answers itself stores and answers what the
+    app does (its event row too); the rest are the app's own answers."""
+    if spoil is not None:
+        fields = {**fields, spoil[0]: spoil[1]}
+    answered = _assert_updated_as_the_app_updates(searched, secret, fields, None)
+    event(f"answered by the front: {answered}")

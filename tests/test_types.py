@@ -195,9 +195,20 @@ def _white_space() -> set[str]:
     return {chr(c) for lo, hi in ranges for c in range(lo, hi + 1)}
 
 
+def _known(c: str) -> bool:
+    """Whether ``c`` is assigned in Python's Unicode tables, the oracle here: the rule runs
+    in the core, whose tables may be newer (a code point this Python does not know yet is
+    lowered as the newer version says)."""
+    return unicodedata.category(c) != "Cn"
+
+
 def _all_non_space_code_points() -> list[str]:
     ws = _white_space()
-    return [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF and chr(cp) not in ws]
+    return [
+        chr(cp)
+        for cp in range(0x110000)
+        if not 0xD800 <= cp <= 0xDFFF and chr(cp) not in ws and _known(chr(cp))
+    ]
 
 
 def test_normalize_content_maps_every_code_point_to_one_code_point() -> None:
@@ -216,7 +227,7 @@ def test_normalize_content_maps_every_code_point_to_one_code_point() -> None:
 
 def test_normalize_content_splits_exactly_on_unicode_white_space() -> None:
     ws = _white_space()
-    chars = [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
+    chars = [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF and _known(chr(cp))]
     # "x" + c for every code point c: a word boundary exactly where c is White_Space.
     got = normalize_content("".join(f"x{c}" for c in chars) + "x")
     want, word = [], ["x"]

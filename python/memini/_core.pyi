@@ -46,7 +46,9 @@ __all__ = [
     "coherence",
     "coherence_sample",
     "event_summary",
+    "fingerprint",
     "fuse",
+    "normalize_content",
     "ranking",
     "search_event_rows",
     "simd",
@@ -90,6 +92,12 @@ def build_profile() -> Literal["release", "debug"]: ...
 def event_summary(summary: str, content: str) -> str:
     """The summary an event row keeps of a memory: ``summary``, else ``content``, cut to 200
     characters with ``…`` as the last one."""
+
+def normalize_content(content: str) -> str:
+    """The content with whitespace collapsed and case folded (`memini.normalize_content`)."""
+
+def fingerprint(content: str) -> str:
+    """The hex SHA-256 of `normalize_content` (`memini.fingerprint`)."""
 
 def search_event_rows(
     op_id: str,
@@ -313,9 +321,14 @@ class Front:
     itself since the last take, and how many more it answered without keeping their latency;
     ``take_events`` the event rows of the searches it answered since the last take (up to
     ``event_rows`` rows queued, none when 0; made as `search_event_rows` makes them, naming
-    the admin and open access as ``callers`` says), each operation's id made by
-    ``new_id()`` and a non-ASCII text folded by ``fold``; ``events_dropped`` the rows a full
-    queue dropped."""
+    the admin and open access as ``callers`` says), each operation's id made by ``new_id()``
+    and a non-ASCII text folded by ``fold``; ``take_writes`` the writes it answered (taken
+    after ``take_events``, whose queue bound they share): (method, the caller's name, the
+    call's namespace, created_at, one (id, namespace, tier or None, summary) per memory
+    touched, the fields an ``update`` named or None); ``written`` their store metrics since
+    the last take: the upserts by (op, tier, memory type) with their count, and the deletes;
+    ``events_dropped`` the rows a full queue dropped; ``in_flight`` the calls it is
+    answering itself now."""
 
     def __new__(cls, host: str, port: int, backlog: int, admin: str | None) -> Front: ...
     @property
@@ -336,6 +349,14 @@ class Front:
     def take_events(
         self, new_id: Callable[[], str], fold: Callable[[str], str | None]
     ) -> tuple[list[EventRow], list[OpQueryRow]]: ...
+    def take_writes(
+        self,
+    ) -> list[
+        tuple[str, str, str, int, list[tuple[str, str, str | None, str]], list[str] | None]
+    ]: ...
+    def written(self) -> tuple[list[tuple[tuple[str, str, str], int]], int]: ...
+    @property
+    def in_flight(self) -> int: ...
     @property
     def events_dropped(self) -> int: ...
     def observed(self) -> tuple[list[tuple[str, float]], list[tuple[str, int]]]: ...

@@ -9,7 +9,6 @@ import base64
 import enum
 import hashlib
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from memini import _core
 from memini._core import ranking
 from memini._values import (
     check_confidence,
@@ -467,21 +467,6 @@ def grow_confidence(c: float) -> float:
     return _clamp01(c + 0.1 * (1.0 - c))
 
 
-# Characters that str.split() treats as whitespace but Unicode's White_Space property (Go's
-# unicode.IsSpace, Rust's char::is_whitespace) does not: the ASCII information separators.
-_INFO_SEPARATORS = ("\x1c", "\x1d", "\x1e", "\x1f")
-_WHITE_SPACE_RUN = re.compile(
-    "[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+"
-)
-
-
-def _split_white_space(s: str) -> list[str]:
-    """``s`` split on runs of Unicode White_Space characters, without empty words."""
-    if not any(sep in s for sep in _INFO_SEPARATORS):
-        return s.split()  # the fast path: same result when no separator occurs
-    return [w for w in _WHITE_SPACE_RUN.split(s) if w]
-
-
 def normalize_content(s: str) -> str:
     """Collapse whitespace and case so trivially different restatements compare equal.
 
@@ -493,7 +478,9 @@ def normalize_content(s: str) -> str:
     U+0130 (capital I with dot above) becomes ``"i"`` and U+03A3 (capital sigma) always
     becomes U+03C3, where Python's ``str.lower()`` gives ``"i"`` + U+0307 and, at the end of
     a word, the final sigma U+03C2. Those two are the only code points where Python's full
-    mapping differs from the simple one.
+    mapping differs from the simple one. The rule's one home is the core
+    (`memini._core.normalize_content`; the HTTP front fingerprints the memories it writes),
+    with its Unicode tables.
 
     Content follows the store's one text rule: it must be valid Unicode, so a lone
     surrogate (which no stored memory can contain) is refused here as in ``upsert``, and
@@ -511,12 +498,7 @@ def normalize_content(s: str) -> str:
     if not isinstance(s, str):
         raise InvalidArgumentError(f"content must be a str, got a {type(s).__name__}")
     check_unicode(s, "content")
-    joined = " ".join(_split_white_space(s))
-    if joined.isascii():
-        return joined.lower()
-    # Map the two code points whose full lowercase differs from the simple one first, so
-    # str.lower() never sees them (str.replace returns its input when nothing matches).
-    return joined.replace("\u0130", "i").replace("\u03a3", "\u03c3").lower()
+    return _core.normalize_content(s)
 
 
 def fingerprint(content: str) -> str:
@@ -535,8 +517,10 @@ def fingerprint(content: str) -> str:
     Raises:
         InvalidArgumentError: ``content`` is not a str, or contains a lone surrogate.
     """
-    data = normalize_content(content).encode("utf-8")
-    return hashlib.sha256(data).hexdigest()
+    if not isinstance(content, str):
+        raise InvalidArgumentError(f"content must be a str, got a {type(content).__name__}")
+    check_unicode(content, "content")
+    return _core.fingerprint(content)
 
 
 def hash_api_key(secret: str) -> str:

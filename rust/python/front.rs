@@ -10,7 +10,7 @@ use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
 use super::embed::PyLocalModel;
 use super::engine::PyEngine;
 use crate::serve::auth::{Key, Keys};
-use crate::serve::events::{self, Fold, Rows};
+use crate::serve::events::{self, Fold, Rows, Write};
 use crate::serve::{Front, Limits};
 use crate::types::{Micros, Tier};
 
@@ -107,6 +107,26 @@ impl PyFront {
             append_rows(py, rows, &new_id.call0()?, fold, &out)?;
         }
         Ok(out)
+    }
+
+    /// The writes the front answered since the last call, for their event rows (take them
+    /// after `take_events`): (method, the caller's name, the call's namespace,
+    /// created_at, [(id, namespace, tier or None, summary) per memory touched], the fields
+    /// an `update` named or None).
+    fn take_writes(&self) -> Vec<Write> {
+        self.front.take_writes()
+    }
+
+    /// The store metrics of the writes the front answered since the last call: ([((op,
+    /// tier, memory type), calls), ...], deletes).
+    fn written(&self) -> (Vec<(crate::serve::Upserted, u64)>, u64) {
+        self.front.written()
+    }
+
+    /// The calls the front is answering itself now.
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.front.in_flight()
     }
 
     /// Event rows dropped since the start because the queue was full.

@@ -112,6 +112,19 @@ fn check_namespace(py: Python<'_>, namespace: &str) -> PyResult<()> {
     crate::limits::namespace(namespace).map_err(|e| errors::to_py(py, e))
 }
 
+/// `crate::types::normalize_content` (the one rule; `memini.normalize_content` checks the
+/// text first).
+#[pyfunction]
+fn normalize_content(content: &str) -> String {
+    crate::types::normalize_content(content)
+}
+
+/// `crate::types::fingerprint` (the one rule; `memini.fingerprint` checks the text first).
+#[pyfunction]
+fn fingerprint(content: &str) -> String {
+    crate::types::fingerprint(content)
+}
+
 /// `crate::limits`' maxima as module attributes (read by `memini.limits`).
 fn add_limits(m: &Bound<'_, PyModule>) -> PyResult<()> {
     use crate::limits::{
@@ -177,6 +190,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     m.add_function(wrap_pyfunction!(simd, m)?)?;
     m.add_function(wrap_pyfunction!(front::event_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_content, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(front::search_event_rows, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
     m.add_function(wrap_pyfunction!(rules::fuse, m)?)?;

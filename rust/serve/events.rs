@@ -195,9 +195,24 @@ pub fn search(
     }
 }
 
-/// The bounded queue of searches answered, by rows.
+/// A memory a write touched, as its event row names it: (id, namespace, tier, summary).
+pub type Touched = (String, String, Option<&'static str>, String);
+
+/// One write the front answered: (method, the caller's name, the call's namespace,
+/// created_at, the memories it touched, one row each, and for `update` the fields it named).
+pub type Write = (
+    &'static str,
+    String,
+    String,
+    Micros,
+    Vec<Touched>,
+    Option<Vec<String>>,
+);
+
+/// The bounded queue of searches answered, by rows (the writes' rows counted with them).
 pub struct Events {
     queue: Mutex<(Vec<Rows>, usize)>,
+    writes: Mutex<Vec<Write>>,
     max_rows: usize,
     dropped: AtomicU64,
     /// The callers' names of the admin and of open access (`memini.server._auth`'s
@@ -211,6 +226,7 @@ impl Events {
     pub fn new(max_rows: usize, callers: (String, String)) -> Self {
         Self {
             queue: Mutex::default(),
+            writes: Mutex::default(),
             max_rows,
             dropped: AtomicU64::new(0),
             callers,
@@ -228,6 +244,25 @@ impl Events {
         }
         queue.1 += rows;
         queue.0.push(search);
+    }
+
+    /// Queue a write's rows, or count them dropped when they do not fit.
+    pub fn push_write(&self, write: Write) {
+        let rows = write.4.len();
+        let mut queue = self.queue.lock();
+        if queue.1 + rows > self.max_rows {
+            drop(queue);
+            self.dropped.fetch_add(rows as u64, Ordering::Relaxed);
+            return;
+        }
+        queue.1 += rows;
+        self.writes.lock().push(write);
+    }
+
+    /// The writes queued, oldest first (taken with the searches: `take` starts the count
+    /// of rows queued again).
+    pub fn take_writes(&self) -> Vec<Write> {
+        std::mem::take(&mut *self.writes.lock())
     }
 
     /// Everything queued, oldest first; the queue is empty after.
@@ -285,6 +320,24 @@ mod tests {
         assert!(events.take().is_empty());
         events.push(rows(vec![hit(), hit(), hit()]));
         assert_eq!(events.dropped(), 2);
+        let write = |n: usize| {
+            let touched = ("id".to_owned(), "ns".to_owned(), None, String::new());
+            (
+                "delete",
+                "a".to_owned(),
+                "ns".to_owned(),
+                0,
+                vec![touched; n],
+                None,
+            )
+        };
+        events.push_write(write(1)); // 3 + 1 rows > 3: dropped
+        assert_eq!(events.dropped(), 3);
+        assert_eq!(events.take().len(), 1);
+        events.push_write(write(2));
+        events.push(rows(vec![hit(), hit()])); // 2 + 2 > 3
+        assert_eq!(events.dropped(), 5);
+        assert_eq!(events.take_writes().len(), 1);
     }
 
     #[test]

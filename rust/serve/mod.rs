@@ -19,6 +19,7 @@ pub mod auth;
 pub mod events;
 mod native;
 mod wire;
+mod writes;
 
 use std::convert::Infallible;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -43,7 +44,9 @@ use tokio::sync::{watch, Semaphore};
 use crate::embed::Batcher;
 use crate::Engine;
 use auth::{Decision, Keys};
-use events::{Events, Rows};
+use events::{Events, Rows, Write};
+pub use writes::Upserted;
+use writes::Written;
 
 /// The header carrying the front's decision to the Python app.
 pub const PRINCIPAL: &str = "memini-principal";
@@ -75,6 +78,7 @@ struct Shared {
     observed: Arc<Observed>,
     /// Where the calls answered here queue their event rows (None: no event log).
     events: Option<Arc<Events>>,
+    written: Arc<Written>,
 }
 
 /// The calls being answered here, counted so that the server's shutdown waits for them
@@ -102,6 +106,10 @@ impl Native {
 
     fn stop(&self) {
         self.state.lock().1 = true;
+    }
+
+    fn in_flight(&self) -> usize {
+        self.state.lock().0
     }
 
     /// Wait up to `timeout` for no call in flight; whether none is.
@@ -171,6 +179,7 @@ pub struct Front {
     native: Arc<Native>,
     observed: Arc<Observed>,
     events: std::sync::OnceLock<Arc<Events>>,
+    written: Arc<Written>,
 }
 
 impl Front {
@@ -206,6 +215,7 @@ impl Front {
             native: Arc::default(),
             observed: Arc::default(),
             events: std::sync::OnceLock::new(),
+            written: Arc::default(),
         })
     }
 
@@ -252,6 +262,7 @@ impl Front {
                     .get_or_init(|| Arc::new(Events::new(event_rows, callers)))
                     .clone()
             }),
+            written: self.written.clone(),
         });
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         *self.done.lock() = Some(done_rx);
@@ -287,9 +298,29 @@ impl Front {
         self.events.get().map(|e| e.take()).unwrap_or_default()
     }
 
+    /// The writes answered here since the last call, for their event rows (take them with
+    /// `take_events`).
+    pub fn take_writes(&self) -> Vec<Write> {
+        self.events
+            .get()
+            .map(|e| e.take_writes())
+            .unwrap_or_default()
+    }
+
+    /// The store metrics of the writes answered here since the last call: the upserts
+    /// by (op, tier, memory type) and the deletes.
+    pub fn written(&self) -> (Vec<(Upserted, u64)>, u64) {
+        self.written.take()
+    }
+
     /// Event rows dropped since the start because the queue was full.
     pub fn events_dropped(&self) -> u64 {
         self.events.get().map_or(0, |e| e.dropped())
+    }
+
+    /// The calls being answered here now.
+    pub fn in_flight(&self) -> usize {
+        self.native.in_flight()
     }
 
     /// Wait up to `timeout` for no call answered here to be in flight (after `stop`: for
@@ -456,24 +487,24 @@ async fn handle(
             ))
         }
     };
-    // a recall may embed its query, waiting in the embedder's queue: never on the
-    // runtime's threads
-    let answer = if shared.embedder.is_some() && parts.uri.path() == "/v1/recall" {
-        let (shared, keys, decision, head, body) = (
-            shared.clone(),
-            keys.clone(),
-            decision.clone(),
-            parts.clone(),
-            body.clone(),
-        );
-        tokio::task::spawn_blocking(move || {
-            answer_here(&shared, &keys, &decision, &head, &body, t0)
-        })
-        .await
-        .ok()
-        .flatten()
-    } else {
-        answer_here(&shared, &keys, &decision, &parts, &body, t0)
+    let answer = match route_here(&shared, &parts) {
+        // a durable commit waits for the disk, a recall may embed its query (waiting in the
+        // embedder's queue): never on the runtime's threads
+        Some(route)
+            if native::WRITES.contains(&route)
+                || (route == "recall" && shared.embedder.is_some()) =>
+        {
+            let (shared, keys, decision, body) =
+                (shared.clone(), keys.clone(), decision.clone(), body.clone());
+            tokio::task::spawn_blocking(move || {
+                answer_here(&shared, &keys, &decision, route, &body, t0)
+            })
+            .await
+            .ok()
+            .flatten()
+        }
+        Some(route) => answer_here(&shared, &keys, &decision, route, &body, t0),
+        None => None,
     };
     if let Some(answer) = answer {
         return Ok(answer);
@@ -481,21 +512,26 @@ async fn handle(
     Ok(forward(&shared, &upstream, parts, body, &decision).await)
 }
 
-/// The answer of a hot route the front is sure of (`native`), None to forward.
-fn answer_here(
-    shared: &Shared,
-    keys: &Keys,
-    decision: &Decision,
-    parts: &hyper::http::request::Parts,
-    body: &[u8],
-    t0: Instant,
-) -> Option<Response<Body>> {
-    let engine = shared.engine.as_deref()?;
+/// The route of `native::ROUTES` a request may be answered by here.
+fn route_here(shared: &Shared, parts: &hyper::http::request::Parts) -> Option<&'static str> {
+    shared.engine.as_ref()?;
     if parts.method != hyper::Method::POST {
         return None;
     }
     let route = parts.uri.path().strip_prefix("/v1/")?;
-    let route = native::ROUTES.into_iter().find(|r| *r == route)?;
+    native::ROUTES.into_iter().find(|r| *r == route)
+}
+
+/// The answer of a hot route the front is sure of (`native`, `writes`), None to forward.
+fn answer_here(
+    shared: &Shared,
+    keys: &Keys,
+    decision: &Decision,
+    route: &'static str,
+    body: &[u8],
+    t0: Instant,
+) -> Option<Response<Body>> {
+    let engine = shared.engine.as_deref()?;
     let _counted = shared.native.enter()?;
     let call = native::Call {
         engine,
@@ -503,14 +539,20 @@ fn answer_here(
         decision,
         events: shared.events.as_deref(),
         embedder: shared.embedder.as_deref(),
+        written: &shared.written,
     };
     let json = match route {
         "count" => native::count(&call, body)?,
         "get" => native::get(&call, body)?,
+        "list" => native::list(&call, body)?,
         "vector_search" => native::vector_search(&call, body)?,
         "vector_search_many" => native::vector_search_many(&call, body)?,
         "keyword_search" => native::keyword_search(&call, body)?,
         "recall" => native::recall(&call, body)?,
+        "upsert" => writes::upsert(&call, body)?,
+        "upsert_many" => writes::upsert_many(&call, body)?,
+        "delete" => writes::delete(&call, body)?,
+        "update" => writes::update(&call, body)?,
         _ => return None,
     };
     let mut answer = Response::new(full(json.into()));

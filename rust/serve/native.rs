@@ -18,6 +18,7 @@ use serde::Deserialize;
 use super::auth::{Decision, Keys};
 use super::events::{self, Events};
 use super::wire;
+use super::writes::Written;
 use crate::embed::Batcher;
 use crate::engine::recall_defaults::{
     DEFAULT_ALPHA, DEFAULT_CONTEXT, DEFAULT_KEYWORD_HALF, MIN_POOL,
@@ -26,15 +27,24 @@ use crate::error::uninterrupted;
 use crate::types::{FilterSpec, Memory, Micros, Scored};
 use crate::{Engine, Fusion, RecallQuery, Source};
 
-/// The routes answered here, by their path under `/v1/`.
-pub const ROUTES: [&str; 6] = [
+/// The routes answered here, by their path under `/v1/` (the writes' in `super::writes`).
+pub const ROUTES: [&str; 11] = [
     "count",
     "get",
+    "list",
     "vector_search",
     "vector_search_many",
     "keyword_search",
     "recall",
+    "upsert",
+    "upsert_many",
+    "delete",
+    "update",
 ];
+
+/// The routes of [`ROUTES`] that write: answered off the runtime's threads (a durable
+/// commit waits for the disk).
+pub const WRITES: [&str; 4] = ["upsert", "upsert_many", "delete", "update"];
 
 /// What a route answered here needs of the front.
 pub struct Call<'a> {
@@ -45,6 +55,8 @@ pub struct Call<'a> {
     pub events: Option<&'a Events>,
     /// The store's embedder when it is the core's (None: a text recall is forwarded).
     pub embedder: Option<&'a Batcher>,
+    /// Where a write's store metrics go.
+    pub written: &'a Written,
 }
 
 /// Whether the caller may touch `namespace` (the Python gate's `Principal.owns`).
@@ -94,12 +106,12 @@ pub fn count(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
 
 /// Whether the caller may read `namespace` here (a name the engine takes, which the caller
 /// owns); anything else is the app's to answer.
-fn may_read(call: &Call<'_>, namespace: &str) -> bool {
+pub(super) fn may_read(call: &Call<'_>, namespace: &str) -> bool {
     crate::limits::namespace(namespace).is_ok() && owns(call.keys, call.decision, namespace)
 }
 
 /// Who the caller is, by the name its event rows give (`memini.server._auth.Gate.caller`).
-fn caller(call: &Call<'_>) -> Option<String> {
+pub(super) fn caller(call: &Call<'_>) -> Option<String> {
     let names = call.events.map(|e| &e.callers);
     let name = |pick: fn(&(String, String)) -> &String| names.map(pick).cloned();
     match call.decision {
@@ -114,7 +126,7 @@ fn caller(call: &Call<'_>) -> Option<String> {
 /// JSON array of numbers, each exact in float32 once rounded (`memini._values.query_to_array`),
 /// or standard padded base64 of little-endian float32 bytes (`memini._wire.vector_from_base64`);
 /// a value that is not finite in float32 is left to the app (it names it).
-struct Vector(Vec<f32>);
+pub(super) struct Vector(pub(super) Vec<f32>);
 
 impl<'de> Deserialize<'de> for Vector {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -503,6 +515,37 @@ pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
 fn blank(text: &str) -> bool {
     text.chars()
         .all(|c| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    namespace: String,
+    #[serde(default)]
+    filter: Option<serde_json::Value>,
+    #[serde(default)]
+    limit: i64,
+    #[serde(default)]
+    offset: i64,
+}
+
+/// `POST /v1/list` with no filter (the live rows, oldest first): the memories' JSON, or
+/// None to forward (a `limit` or `offset` out of range included: the app names it).
+pub fn list(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+    let args: ListArgs = serde_json::from_slice(body).ok()?;
+    let max = i64::try_from(crate::limits::MAX_LIMIT).ok()?;
+    if args.filter.is_some()
+        || !may_read(call, &args.namespace)
+        || args.limit > max
+        || !(0..=max).contains(&args.offset)
+    {
+        return None;
+    }
+    let found = call
+        .engine
+        .list(&args.namespace, &live_rows(), args.limit, args.offset)
+        .ok()?;
+    wire::memories(&found)
 }
 
 #[derive(Deserialize)]

@@ -71,6 +71,12 @@ pub fn recalled(found: &[crate::Recalled]) -> Option<Vec<u8>> {
     })
 }
 
+/// `[{...}, ...]`: memories (`list`'s answer).
+#[must_use]
+pub fn memories(ms: &[Memory]) -> Option<Vec<u8>> {
+    array(ms, 512, memory)
+}
+
 /// One memory's object (`get`'s answer).
 #[must_use]
 pub fn memory_answer(m: &Memory) -> Option<Vec<u8>> {

@@ -343,7 +343,7 @@ def create_app(
         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
     )
     Gauge("memini_calls_in_flight", "Store calls being served now", registry=reg).set_function(
-        lambda: service.in_flight
+        lambda: service.in_flight + (0 if service.front is None else service.front.in_flight)
     )
     Gauge(
         "memini_event_rows_dropped",
@@ -488,6 +488,7 @@ def create_app(
                 observe(route, 200, seconds)
             for route, n in unobserved:
                 requests.labels(route, "200").inc(n)
+            service.report_front_writes()
         return Response(generate_latest(reg), media_type=CONTENT_TYPE_LATEST)
 
     async def refresh_gauges() -> None:

@@ -22,7 +22,8 @@ their rule), for the searches the app answers as for those the HTTP front
 GIL, and queues them (bounded: a full queue drops a call's rows and counts them,
 `EventRecorder.dropped`); each batch takes that queue as ready rows in one call
 (`Front.take_events`: Python only names each operation, `new_id`, and folds a non-ASCII
-text, `memini.events.fold`).
+text, `memini.events.fold`). The writes the front answers queue their values in the same
+bound, and the batch makes their rows here (`write_events`, as `event_rows` does).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from memini.events import EventRow, OpQueryRow, event_row, fold
 from memini.store import Store
 from memini.types import EventKind, Memory, Tier, new_id
 
-__all__ = ["CallEvents", "EventRecorder", "event_rows", "search_events"]
+__all__ = ["CallEvents", "EventRecorder", "event_rows", "search_events", "write_events"]
 
 _LOG = logging.getLogger("memini.server")
 
@@ -176,27 +177,12 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
     call = CallEvents(kind, raw_ns if isinstance(raw_ns, str) else "")
     if method in ("upsert", "upsert_many"):
         memories = [args["memory"]] if method == "upsert" else list(args["memories"])
-        text = metadata_to_json(detail, "detail")
-        for i, m in enumerate(memories):
-            call.row(
-                text,
-                namespace=m.namespace,
-                memory_id=m.id,
-                memory_ns=m.namespace,
-                tier=_tier(m.tier),
-                summary=_summary(m),
-                rank=i,
-            )
+        touched = [(m.id, m.namespace, _tier(m.tier), _summary(m)) for m in memories]
+        _touched(call, method, caller, touched)
         return call
     if method == "update" and isinstance(result, Memory):
-        detail["fields"] = sorted(args.get("fields", {}))
-        call.row(
-            metadata_to_json(detail, "detail"),
-            memory_id=result.id,
-            memory_ns=result.namespace,
-            tier=result.tier.value,
-            summary=_summary(result),
-        )
+        touched = [(result.id, result.namespace, result.tier.value, _summary(result))]
+        _touched(call, method, caller, touched, sorted(args.get("fields", {})))
         return call
     if isinstance(result, int) and not isinstance(result, bool):
         detail["count"] = result
@@ -219,6 +205,42 @@ def event_rows(method: str, args: Mapping[str, Any], result: Any, caller: str) -
         memory_id=memory_id,
         memory_ns=call.ns if memory_id else "",
     )
+    return call
+
+
+Touched = tuple[str, str, str | None, str]
+"""A memory a write touched, as its event row names it: (id, namespace, tier, summary)."""
+
+
+def _touched(
+    call: CallEvents,
+    method: str,
+    caller: str,
+    touched: list[Touched],
+    fields: list[str] | None = None,
+) -> None:
+    """One row per memory a write touched, under the memory's namespace (``rank``: its
+    place in the call); ``fields``: the fields an ``update`` named."""
+    detail: dict[str, Any] = {"method": method, "caller": caller}
+    if fields is not None:
+        detail["fields"] = fields
+    text = metadata_to_json(detail, "detail")
+    for i, (id, ns, tier, summary) in enumerate(touched):
+        call.row(text, namespace=ns, memory_id=id, memory_ns=ns, tier=tier, summary=summary, rank=i)
+
+
+def write_events(
+    method: str,
+    caller: str,
+    ns: str,
+    touched: list[Touched],
+    fields: list[str] | None,
+    now: int | None = None,
+) -> CallEvents:
+    """The rows of a write the front answered (``upsert``, ``upsert_many``, ``update``,
+    ``delete``): as `event_rows` makes them for the same call, at ``now``."""
+    call = CallEvents(_KINDS[method], ns, now)
+    _touched(call, method, caller, touched, fields)
     return call
 
 
@@ -270,15 +292,24 @@ class EventRecorder:
 
     def _from_front(self) -> tuple[list[EventRow], list[OpQueryRow]]:
         """The rows of the searches the front answered since the last batch (made by the
-        front; here each operation gets its id)."""
+        front; here each operation gets its id), and of its writes (made here)."""
         if self._front is None:
             return [], []
         try:
-            return self._front.take_events(new_id, fold)
+            rows, queries = self._front.take_events(new_id, fold)
         except Exception:  # the calls were served; their rows are lost, never the serving
             self.errors += 1
             _LOG.exception("could not take the event rows of the front's searches")
-            return [], []
+            rows, queries = [], []
+        for method, caller, ns, now, touched, fields in self._front.take_writes():
+            try:
+                call = write_events(method, caller, ns, touched, fields, now)
+            except Exception:
+                self.errors += 1
+                _LOG.exception("could not make the event rows of a served %s()", method)
+                continue
+            rows.extend(call.rows)
+        return rows, queries
 
     def record(self, method: str, args: Mapping[str, Any], result: Any, caller: str) -> None:
         """Queue the rows of a served call that succeeded (`event_rows`) for the next batch.

@@ -141,6 +141,19 @@ class Service:
             self.recorder.record(method.name, args, result, principal.name)
         return result
 
+    def report_front_writes(self) -> None:
+        """Report to the store's metrics the writes the front answered itself since the last
+        call, as `Store` reports its own (``upsert`` by op, tier and memory type; ``delete``)."""
+        if self.front is None:
+            return
+        upserts, deletes = self.front.written()
+        metrics = self.store._metrics
+        for (op, tier, memory_type), n in upserts:
+            for _ in range(n):
+                metrics.upsert(op, tier, memory_type)
+        for _ in range(deletes):
+            metrics.delete()
+
     def leave(self) -> None:
         """The end of an admitted call, whatever its outcome."""
         with self._idle:
