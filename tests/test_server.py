@@ -408,6 +408,18 @@ def _post(url: str, method: str, body: bytes, key: str = ADMIN) -> httpx.Respons
             400,
             id="vector-1000-deep",
         ),
+        pytest.param(
+            "update",
+            b'{"namespace": "team/a", "id": "team/a#0", "fields": {"id": "w"}}',
+            400,
+            id="update-fields-id",
+        ),
+        pytest.param(
+            "update",
+            b'{"namespace": "team/a", "id": "team/a#0", "fields": {"namespace": "team/b"}}',
+            400,
+            id="update-fields-namespace",
+        ),
         pytest.param("no_such_method", b"{}", 404, id="unknown-method"),
         pytest.param("get", b'{"namespace": "team/a", "id": "nope"}', 404, id="not-found"),
     ],

@@ -50,6 +50,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from memini._convert import not_updatable
 from memini._served import SERVED, Rule
 from memini.errors import (
     AuthError,
@@ -716,6 +717,11 @@ class Method:
                     value = _unmark(value, key)
                 if not isinstance(value, dict):
                     raise InvalidArgumentError(f"{key} must be an object of field values")
+                for field in value.keys() & self._decoders.keys():
+                    # a field named as an argument of the call (update's id or namespace, the
+                    # only method with **fields): refused as the store refuses changing it,
+                    # where Python's call would fail with a TypeError (a 500)
+                    raise not_updatable(field)
                 memory_hints = _memory_hints()
                 out[key] = {k: decode(v, memory_hints.get(k, Any), k) for k, v in value.items()}
             else:
