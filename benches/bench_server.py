@@ -12,6 +12,10 @@
   the store's size (e.g. 20000).
 * ``recall`` served, when the store has it (API.md section 6), against the same bare
   endpoint in the same run (goal >= 0.5x with 4 clients).
+* text ``recall`` with ``--embedder local`` (the server embeds each query), 4 client
+  processes each sending its own held-out texts once, front against ``--no-front``: req/s,
+  server CPU and GIL per request (``MEMINI_BENCH_ROWS`` sets the store's size: 20000 for
+  issue 36's measurement).
 * the server's overhead per call: served p50 minus the in-process call (wall), and the
   server's CPU time per request (psutil, every thread) minus the in-process call's CPU time
   (CPU); and an extrapolation to a 16-core box from the server's CPU time per request,
@@ -72,7 +76,8 @@ with httpx.Client(base_url=url, headers={"content-type": "application/json"}) as
         lat.append(time.perf_counter() - t0)
         i += 1
 lat.sort()
-print(json.dumps({"n": len(lat), "lat": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)]}))
+print(json.dumps({"n": len(lat), "lat": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)],
+                  "repeated": max(0, len(lat) - len(bodies))}))
 """
 
 BARE = r"""
@@ -133,7 +138,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _load(
     url: str,
     path: str,
-    bodies: list[str],
+    bodies: list[str] | list[list[str]],
     clients: int,
     seconds: float,
     tmp: Path,
@@ -141,9 +146,14 @@ def _load(
     start: float | None = None,
 ) -> dict[str, float]:
     """Run ``clients`` client processes for ``seconds`` (from ``start``, a `time.time`;
-    default: once they are all up); requests/s and latencies."""
-    f = tmp / f"bodies-{time.monotonic_ns()}.json"
-    f.write_text(json.dumps(bodies))
+    default: once they are all up), each cycling through ``bodies`` (or its own list of
+    them); requests/s, latencies, and the requests that repeated a body (beyond the
+    warm-up's one)."""
+    own = bodies if bodies and isinstance(bodies[0], list) else [bodies] * clients
+    files = []
+    for c in range(clients):
+        files.append(tmp / f"bodies-{time.monotonic_ns()}-{c}.json")
+        files[c].write_text(json.dumps(own[c]))
     if start is None:
         start = time.time() + 1.5 + 0.4 * clients  # every client imported and connected
     procs = [
@@ -154,7 +164,7 @@ def _load(
                 CLIENT,
                 url,
                 path,
-                str(f),
+                str(files[c]),
                 str(start),
                 str(start + seconds),
                 "1" if template else "0",
@@ -175,6 +185,7 @@ def _load(
         "p50_ms": 1000 * float(np.median([r["lat"] for r in results])),
         "p99_ms": 1000 * max(r["p99"] for r in results),
         "requests": n,
+        "repeated": sum(r["repeated"] for r in results),
     }
 
 
@@ -331,12 +342,18 @@ def test_served_vector_search_vs_bare_endpoint(
 def _gil_seconds(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
     """py-spy sampling ``pid`` 200 times a second for ``seconds``, only while a thread of it
     holds the GIL (``--gil``, raw format); None without py-spy."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists():
+    spy = _py_spy()
+    if spy is None:
         return None
     argv = [spy, "record", "--gil", "--format", "raw", "-r", "200", "--nonblocking"]
     argv += ["-d", str(max(1, round(seconds))), "--pid", str(pid), "-o", str(out)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _py_spy() -> str | None:
+    """py-spy's executable: on the PATH or beside this Python; None when neither has it."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return spy if Path(spy).exists() else None
 
 
 def _gil_samples(spy: subprocess.Popen[bytes], out: Path) -> float | None:
@@ -425,6 +442,128 @@ def test_served_front_vs_uvicorn(
     info["goal_gil_us_per_request"] = 40
     benchmark.extra_info.update(info)
     print(f"\n{route}, front vs uvicorn:", json.dumps(info, indent=1))
+
+
+@pytest.fixture(scope="module")
+def text_store(data: D.Dataset, bench_dir: Path) -> Path:
+    """The dataset's rows in a store of their model (all-MiniLM-L6-v2, recorded when
+    ``memini serve --embedder local`` opens it), for text recall; no server holds it."""
+    import memini
+
+    path = bench_dir / "text-store"
+    shutil.rmtree(path, ignore_errors=True)
+    with memini.Store.open(path, dims=data.vectors.shape[1], metric="cos") as s:
+        for lo in range(0, data.n, 5000):
+            s.upsert_many([data.memory(i, NS) for i in range(lo, min(lo + 5000, data.n))])
+    return path
+
+
+TEXT_CLIENTS = 4
+
+
+def _text_bodies(data: D.Dataset) -> list[list[str]]:
+    """Text recalls (no vector: the server embeds the query) of the held-out query rows'
+    texts, then of the two-word queries drawn from them: 2,000 distinct texts, each client
+    its own quarter, so no text repeats while a client has not used its share (the
+    embedder's cache of 1,024 texts would answer a repeat)."""
+    texts = list(dict.fromkeys([*data.query_texts, *data.keyword_queries]))
+    bodies = [json.dumps({"namespace": NS, "query": t, "k": 10}) for t in texts]
+    return [bodies[c::TEXT_CLIENTS] for c in range(TEXT_CLIENTS)]
+
+
+def _text_recall_cpu(path: Path, texts: list[str]) -> float:
+    """CPU seconds (every thread of this process) per text recall in process, each text
+    embedded once (a fresh `LocalEmbedder`), k=10."""
+    import memini
+    from memini.embed import LocalEmbedder
+
+    with memini.Store.open(path, embedder=LocalEmbedder()) as s:
+        s.recall(NS, "warm up the model", k=10)
+        c0 = time.process_time()
+        for t in texts:
+            s.recall(NS, t, k=10)
+        return (time.process_time() - c0) / len(texts)
+
+
+def test_served_text_recall_front_vs_uvicorn(
+    benchmark: Any,
+    text_store: Path,
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Text ``recall`` k=10 (the server embeds the query: ``--embedder local``), 4 client
+    processes, each text sent once: the same store served by uvicorn (``--no-front``) and by
+    the front, a fresh server per run (an empty vector cache) and two alternating runs each;
+    req/s, p50, the server's CPU per request (psutil, every thread, after a warm-up call
+    loaded the model) beside the in-process text recall's, and the GIL held per request
+    (py-spy ``--gil`` over a third run of each; skipped without py-spy)."""
+    import httpx
+
+    seconds = _seconds(pytestconfig)
+    bodies = _text_bodies(data)
+    in_cpu_us = 1e6 * _text_recall_cpu(text_store, data.query_texts[-100:])
+    out: dict[str, Any] = {}
+    flags = {"uvicorn": ("--no-front",), "front": ()}
+
+    def measure(name: str, gil: bool) -> None:
+        url, proc = _serve(text_store, "--embedder", "local", *flags[name])
+        try:
+            warm = {"namespace": NS, "query": "warm up the served model", "k": 10}
+            assert httpx.post(f"{url}/v1/recall", json=warm, timeout=60).status_code == 200
+            trace = tmp_path / f"text-gil-{name}.txt"
+            spy = _gil_seconds(proc.pid, seconds + 1.5 + 0.4 * 4, trace) if gil else None
+            server = psutil.Process(proc.pid)
+            cpu0 = sum(server.cpu_times()[:2])
+            r = _load(url, "/v1/recall", bodies, TEXT_CLIENTS, seconds, tmp_path)
+            cpu = sum(server.cpu_times()[:2]) - cpu0
+        finally:
+            _stop(proc)
+        if not gil:
+            r["server_cpu_us_per_request"] = 1e6 * cpu / max(r["requests"], 1)
+            out[f"{name}_run{len([k for k in out if k.startswith(name)]) + 1}"] = r
+            return
+        held = None if spy is None else _gil_samples(spy, trace)
+        if held is not None:  # py-spy's window also covers the clients' start (idle)
+            out[f"{name}_gil_us_per_request"] = 1e6 * held / max(r["requests"], 1)
+
+    def run() -> None:
+        for _ in (1, 2):
+            for name in flags:
+                measure(name, gil=False)
+        for name in flags if _py_spy() else ():
+            measure(name, gil=True)
+
+    benchmark.group = "server: text recall k=10 (server embeds), front vs uvicorn"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info: dict[str, Any] = {
+        "rows": data.n,
+        "machine": f"{os.cpu_count()} cores, shared with the clients and other work (loaded)",
+        "in_process_cpu_us_per_text_recall": round(in_cpu_us, 1),
+    }
+    for key, r in out.items():
+        if isinstance(r, dict):
+            info[f"{key}_rps"] = round(r["rps"], 1)
+            info[f"{key}_p50_ms"] = round(r["p50_ms"], 3)
+            info[f"{key}_repeated_texts"] = r["repeated"]
+            info[f"{key}_server_cpu_us"] = round(r["server_cpu_us_per_request"], 1)
+            info[f"{key}_cpu_vs_in_process"] = round(r["server_cpu_us_per_request"] / in_cpu_us, 2)
+        else:
+            info[key] = round(r, 1)
+    best = {n: max(out[f"{n}_run{i}"]["rps"] for i in (1, 2)) for n in flags}
+    info["front_over_uvicorn_rps"] = round(best["front"] / best["uvicorn"], 2)
+    for n in flags:
+        # An extrapolation, not a measurement: one server process on 16 cores, clients
+        # elsewhere, bound by the cores (16 / CPU per request) and by the GIL (1 / its time
+        # per request, where py-spy measured it)
+        cpu_us = min(out[f"{n}_run{i}"]["server_cpu_us_per_request"] for i in (1, 2))
+        gil_us = out.get(f"{n}_gil_us_per_request")
+        bounds = [16e6 / cpu_us] + ([1e6 / gil_us] if gil_us else [])
+        info[f"{n}_extrapolated_16_core_rps_one_process"] = round(min(bounds))
+    info["issue_36_start_rps"] = 102  # served text recall at the start of round 3
+    info["goal_rps"] = 4 * 102
+    benchmark.extra_info.update(info)
+    print("\ntext recall, front vs uvicorn:", json.dumps(info, indent=1))
 
 
 def _upsert_bodies(data: D.Dataset) -> list[str]:
