@@ -37,6 +37,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -53,22 +54,23 @@ NS = "bench"
 CLIENT = r"""
 import json, sys, time
 import httpx
-url, path, bodies_file, start, stop, template = sys.argv[1:7]
+url, path, bodies_file, template = sys.argv[1:5]
 bodies = [b.encode() for b in json.load(open(bodies_file))]
-start, stop = float(start), float(stop)
 lat = []
 with httpx.Client(base_url=url, headers={"content-type": "application/json"}) as c:
     c.post(path, content=bodies[0])  # connect and warm up
+    print("ready", flush=True)
+    start, stop = map(float, sys.stdin.readline().split())
     while time.time() < start:
         time.sleep(0.001)
     i = 0
     while True:
         t0 = time.perf_counter()
-        if t0 and time.time() >= stop:
+        if lat and time.time() >= stop:  # at least one request, however late it woke
             break
         body = bodies[i % len(bodies)]
         if template == "1":
-            body = body.replace(b"@ID@", f"{sys.argv[7]}-{i}".encode())
+            body = body.replace(b"@ID@", f"{sys.argv[5]}-{i}".encode())
         r = c.post(path, content=body)
         r.read()
         if r.status_code != 200:
@@ -143,19 +145,18 @@ def _load(
     seconds: float,
     tmp: Path,
     template: bool = False,
-    start: float | None = None,
+    together: threading.Barrier | None = None,
 ) -> dict[str, float]:
-    """Run ``clients`` client processes for ``seconds`` (from ``start``, a `time.time`;
-    default: once they are all up), each cycling through ``bodies`` (or its own list of
-    them); requests/s, latencies, and the requests that repeated a body (beyond the
-    warm-up's one)."""
+    """Run ``clients`` client processes for ``seconds`` once they are all up (connected
+    and warmed up; and those of every `_load` sharing the barrier ``together``, so that
+    two loads run at once however late a loaded machine starts them), each cycling through
+    ``bodies`` (or its own list of them); requests/s, latencies, and the requests that
+    repeated a body (beyond the warm-up's one)."""
     own = bodies if bodies and isinstance(bodies[0], list) else [bodies] * clients
     files = []
     for c in range(clients):
         files.append(tmp / f"bodies-{time.monotonic_ns()}-{c}.json")
         files[c].write_text(json.dumps(own[c]))
-    if start is None:
-        start = time.time() + 1.5 + 0.4 * clients  # every client imported and connected
     procs = [
         subprocess.Popen(
             [
@@ -165,15 +166,23 @@ def _load(
                 url,
                 path,
                 str(files[c]),
-                str(start),
-                str(start + seconds),
                 "1" if template else "0",
                 f"c{c}x{time.monotonic_ns()}",
             ],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
         for c in range(clients)
     ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline() == b"ready\n", p.wait()
+    if together is not None:
+        together.wait()
+    start = time.time() + 0.05
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(f"{start} {start + seconds}\n".encode())
+        p.stdin.flush()
     results = []
     for p in procs:
         out, _ = p.communicate(timeout=seconds + 120)
@@ -638,13 +647,13 @@ def test_served_search_p99_under_upserts(
         for name, srv in servers.items():
             url = srv["url"]
             idle = _load(url, "/v1/vector_search", searches, 1, seconds, tmp_path)
-            start = time.time() + 1.5 + 0.4 * 5
+            together = threading.Barrier(2)
             with ThreadPoolExecutor(2) as pool:
                 writing = pool.submit(
-                    _load, url, "/v1/upsert", upserts, 4, seconds, tmp_path, True, start
+                    _load, url, "/v1/upsert", upserts, 4, seconds, tmp_path, True, together
                 )
                 loaded = _load(
-                    url, "/v1/vector_search", searches, 1, seconds, tmp_path, False, start
+                    url, "/v1/vector_search", searches, 1, seconds, tmp_path, False, together
                 )
                 written = writing.result()
             out[name] = {
