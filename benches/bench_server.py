@@ -12,6 +12,10 @@
   the store's size (e.g. 20000).
 * ``recall`` served, when the store has it (API.md section 6), against the same bare
   endpoint in the same run (goal >= 0.5x with 4 clients).
+* text ``recall`` with ``--embedder local`` (the server embeds each query), 4 client
+  processes each sending its own held-out texts once, front against ``--no-front``: req/s,
+  server CPU and GIL per request (``MEMINI_BENCH_ROWS`` sets the store's size: 20000 for
+  issue 36's measurement).
 * the server's overhead per call: served p50 minus the in-process call (wall), and the
   server's CPU time per request (psutil, every thread) minus the in-process call's CPU time
   (CPU); and an extrapolation to a 16-core box from the server's CPU time per request,
@@ -36,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,34 +54,35 @@ import pytest
 import _data as D
 
 NS = "bench"
-# A client process: `start, stop` (wall-clock seconds), then its kind's arguments; the kind's
-# setup (below) defines `call(i)`, the i-th request of the process, and makes one first.
+# A client process: its kind's arguments; the kind's setup (below) defines `call(i)`, the i-th
+# request of the process, makes one first, and sets `distinct`, how many requests differ.
 CLIENT = r"""
 import json, sys, time
-start, stop = float(sys.argv[1]), float(sys.argv[2])
-args = sys.argv[3:]
+args = sys.argv[1:]
 @SETUP@
+print("ready", flush=True)
+start, stop = map(float, sys.stdin.readline().split())
 while time.time() < start:
     time.sleep(0.001)
-began = max(time.time(), start)  # a client slower to start than the others runs less long
 lat = []
 i = 0
 while True:
     t0 = time.perf_counter()
-    if time.time() >= stop:
+    if lat and time.time() >= stop:  # at least one request, however late it woke
         break
     call(i)
     lat.append(time.perf_counter() - t0)
     i += 1
 lat.sort()
-print(json.dumps({"n": len(lat), "s": stop - began, "lat": lat[len(lat) // 2],
-                  "p99": lat[int(len(lat) * 0.99)]}))
+print(json.dumps({"n": len(lat), "lat": lat[len(lat) // 2], "p99": lat[int(len(lat) * 0.99)],
+                  "repeated": max(0, len(lat) - distinct)}))
 """
 # raw bodies posted with httpx: url, path, bodies file, "1" to put a fresh id for @ID@, tag
 HTTPX = r"""
 import httpx
 url, path, bodies_file, template, tag = args
 bodies = [b.encode() for b in json.load(open(bodies_file))]
+distinct = len(bodies)
 c = httpx.Client(base_url=url, headers={"content-type": "application/json"})
 def call(i):
     body = bodies[i % len(bodies)]
@@ -148,21 +154,26 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _load(
     url: str,
     path: str,
-    bodies: list[str],
+    bodies: list[str] | list[list[str]],
     clients: int,
     seconds: float,
     tmp: Path,
     template: bool = False,
-    start: float | None = None,
+    together: threading.Barrier | None = None,
 ) -> dict[str, float]:
-    """Run ``clients`` client processes posting ``bodies`` to ``path`` with httpx for
-    ``seconds`` (from ``start``, a `time.time`; default: once they are all up); requests/s
-    and latencies."""
-    f = tmp / f"bodies-{time.monotonic_ns()}.json"
-    f.write_text(json.dumps(bodies))
-    argv = [url, path, str(f), "1" if template else "0"]
-    argvs = [[*argv, f"c{c}x{time.monotonic_ns()}"] for c in range(clients)]
-    return _clients(HTTPX, argvs, seconds, start=start)
+    """Run ``clients`` client processes for ``seconds`` once they are all up (connected
+    and warmed up; and those of every `_load` sharing the barrier ``together``, so that
+    two loads run at once however late a loaded machine starts them), each cycling through
+    ``bodies`` (or its own list of them); requests/s, latencies, and the requests that
+    repeated a body (beyond the warm-up's one)."""
+    own = bodies if bodies and isinstance(bodies[0], list) else [bodies] * clients
+    files = []
+    for c in range(clients):
+        files.append(tmp / f"bodies-{time.monotonic_ns()}-{c}.json")
+        files[c].write_text(json.dumps(own[c]))
+    t = "1" if template else "0"
+    argvs = [[url, path, str(f), t, f"c{c}x{time.monotonic_ns()}"] for c, f in enumerate(files)]
+    return _clients(HTTPX, argvs, seconds, together=together)
 
 
 def _clients(
@@ -170,33 +181,39 @@ def _clients(
     argvs: list[list[str]],
     seconds: float,
     python: str = sys.executable,
-    warmup: float = 1.5,
-    start: float | None = None,
+    together: threading.Barrier | None = None,
 ) -> dict[str, float]:
-    """One `CLIENT` process per argument list, each running ``setup``'s ``call`` in a loop
-    for the same ``seconds`` from ``start`` (default: ``warmup`` + 0.4 s per client from
-    now, every client imported and connected); their requests/s together (each its
-    requests over the time it ran) and latencies."""
-    if start is None:
-        start = time.time() + warmup + 0.4 * len(argvs)
+    """One `CLIENT` process per argument list running ``setup``'s ``call`` in a loop for
+    ``seconds`` once they are all up (and those of every call sharing ``together``, see
+    `_load`); their requests/s together, latencies, and the requests that repeated one."""
     script = CLIENT.replace("@SETUP@", setup)
     procs = [
         subprocess.Popen(
-            [python, "-c", script, str(start), str(start + seconds), *argv],
-            stdout=subprocess.PIPE,
+            [python, "-c", script, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         for argv in argvs
     ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline() == b"ready\n", p.wait()
+    if together is not None:
+        together.wait()
+    start = time.time() + 0.05
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(f"{start} {start + seconds}\n".encode())
+        p.stdin.flush()
     results = []
     for p in procs:
         out, _ = p.communicate(timeout=seconds + 120)
         assert p.returncode == 0, out
         results.append(json.loads(out))
+    n = sum(r["n"] for r in results)
     return {
-        "rps": sum(r["n"] / r["s"] for r in results),
+        "rps": n / seconds,
         "p50_ms": 1000 * float(np.median([r["lat"] for r in results])),
         "p99_ms": 1000 * max(r["p99"] for r in results),
-        "requests": sum(r["n"] for r in results),
+        "requests": n,
+        "repeated": sum(r["repeated"] for r in results),
     }
 
 
@@ -353,12 +370,18 @@ def test_served_vector_search_vs_bare_endpoint(
 def _gil_seconds(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
     """py-spy sampling ``pid`` 200 times a second for ``seconds``, only while a thread of it
     holds the GIL (``--gil``, raw format); None without py-spy."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists():
+    spy = _py_spy()
+    if spy is None:
         return None
     argv = [spy, "record", "--gil", "--format", "raw", "-r", "200", "--nonblocking"]
     argv += ["-d", str(max(1, round(seconds))), "--pid", str(pid), "-o", str(out)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _py_spy() -> str | None:
+    """py-spy's executable: on the PATH or beside this Python; None when neither has it."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return spy if Path(spy).exists() else None
 
 
 def _gil_samples(spy: subprocess.Popen[bytes], out: Path) -> float | None:
@@ -449,6 +472,128 @@ def test_served_front_vs_uvicorn(
     print(f"\n{route}, front vs uvicorn:", json.dumps(info, indent=1))
 
 
+@pytest.fixture(scope="module")
+def text_store(data: D.Dataset, bench_dir: Path) -> Path:
+    """The dataset's rows in a store of their model (all-MiniLM-L6-v2, recorded when
+    ``memini serve --embedder local`` opens it), for text recall; no server holds it."""
+    import memini
+
+    path = bench_dir / "text-store"
+    shutil.rmtree(path, ignore_errors=True)
+    with memini.Store.open(path, dims=data.vectors.shape[1], metric="cos") as s:
+        for lo in range(0, data.n, 5000):
+            s.upsert_many([data.memory(i, NS) for i in range(lo, min(lo + 5000, data.n))])
+    return path
+
+
+TEXT_CLIENTS = 4
+
+
+def _text_bodies(data: D.Dataset) -> list[list[str]]:
+    """Text recalls (no vector: the server embeds the query) of the held-out query rows'
+    texts, then of the two-word queries drawn from them: 2,000 distinct texts, each client
+    its own quarter, so no text repeats while a client has not used its share (the
+    embedder's cache of 1,024 texts would answer a repeat)."""
+    texts = list(dict.fromkeys([*data.query_texts, *data.keyword_queries]))
+    bodies = [json.dumps({"namespace": NS, "query": t, "k": 10}) for t in texts]
+    return [bodies[c::TEXT_CLIENTS] for c in range(TEXT_CLIENTS)]
+
+
+def _text_recall_cpu(path: Path, texts: list[str]) -> float:
+    """CPU seconds (every thread of this process) per text recall in process, each text
+    embedded once (a fresh `LocalEmbedder`), k=10."""
+    import memini
+    from memini.embed import LocalEmbedder
+
+    with memini.Store.open(path, embedder=LocalEmbedder()) as s:
+        s.recall(NS, "warm up the model", k=10)
+        c0 = time.process_time()
+        for t in texts:
+            s.recall(NS, t, k=10)
+        return (time.process_time() - c0) / len(texts)
+
+
+def test_served_text_recall_front_vs_uvicorn(
+    benchmark: Any,
+    text_store: Path,
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Text ``recall`` k=10 (the server embeds the query: ``--embedder local``), 4 client
+    processes, each text sent once: the same store served by uvicorn (``--no-front``) and by
+    the front, a fresh server per run (an empty vector cache) and two alternating runs each;
+    req/s, p50, the server's CPU per request (psutil, every thread, after a warm-up call
+    loaded the model) beside the in-process text recall's, and the GIL held per request
+    (py-spy ``--gil`` over a third run of each; skipped without py-spy)."""
+    import httpx
+
+    seconds = _seconds(pytestconfig)
+    bodies = _text_bodies(data)
+    in_cpu_us = 1e6 * _text_recall_cpu(text_store, data.query_texts[-100:])
+    out: dict[str, Any] = {}
+    flags = {"uvicorn": ("--no-front",), "front": ()}
+
+    def measure(name: str, gil: bool) -> None:
+        url, proc = _serve(text_store, "--embedder", "local", *flags[name])
+        try:
+            warm = {"namespace": NS, "query": "warm up the served model", "k": 10}
+            assert httpx.post(f"{url}/v1/recall", json=warm, timeout=60).status_code == 200
+            trace = tmp_path / f"text-gil-{name}.txt"
+            spy = _gil_seconds(proc.pid, seconds + 1.5 + 0.4 * 4, trace) if gil else None
+            server = psutil.Process(proc.pid)
+            cpu0 = sum(server.cpu_times()[:2])
+            r = _load(url, "/v1/recall", bodies, TEXT_CLIENTS, seconds, tmp_path)
+            cpu = sum(server.cpu_times()[:2]) - cpu0
+        finally:
+            _stop(proc)
+        if not gil:
+            r["server_cpu_us_per_request"] = 1e6 * cpu / max(r["requests"], 1)
+            out[f"{name}_run{len([k for k in out if k.startswith(name)]) + 1}"] = r
+            return
+        held = None if spy is None else _gil_samples(spy, trace)
+        if held is not None:  # py-spy's window also covers the clients' start (idle)
+            out[f"{name}_gil_us_per_request"] = 1e6 * held / max(r["requests"], 1)
+
+    def run() -> None:
+        for _ in (1, 2):
+            for name in flags:
+                measure(name, gil=False)
+        for name in flags if _py_spy() else ():
+            measure(name, gil=True)
+
+    benchmark.group = "server: text recall k=10 (server embeds), front vs uvicorn"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info: dict[str, Any] = {
+        "rows": data.n,
+        "machine": f"{os.cpu_count()} cores, shared with the clients and other work (loaded)",
+        "in_process_cpu_us_per_text_recall": round(in_cpu_us, 1),
+    }
+    for key, r in out.items():
+        if isinstance(r, dict):
+            info[f"{key}_rps"] = round(r["rps"], 1)
+            info[f"{key}_p50_ms"] = round(r["p50_ms"], 3)
+            info[f"{key}_repeated_texts"] = r["repeated"]
+            info[f"{key}_server_cpu_us"] = round(r["server_cpu_us_per_request"], 1)
+            info[f"{key}_cpu_vs_in_process"] = round(r["server_cpu_us_per_request"] / in_cpu_us, 2)
+        else:
+            info[key] = round(r, 1)
+    best = {n: max(out[f"{n}_run{i}"]["rps"] for i in (1, 2)) for n in flags}
+    info["front_over_uvicorn_rps"] = round(best["front"] / best["uvicorn"], 2)
+    for n in flags:
+        # An extrapolation, not a measurement: one server process on 16 cores, clients
+        # elsewhere, bound by the cores (16 / CPU per request) and by the GIL (1 / its time
+        # per request, where py-spy measured it)
+        cpu_us = min(out[f"{n}_run{i}"]["server_cpu_us_per_request"] for i in (1, 2))
+        gil_us = out.get(f"{n}_gil_us_per_request")
+        bounds = [16e6 / cpu_us] + ([1e6 / gil_us] if gil_us else [])
+        info[f"{n}_extrapolated_16_core_rps_one_process"] = round(min(bounds))
+    info["issue_36_start_rps"] = 102  # served text recall at the start of round 3
+    info["goal_rps"] = 4 * 102
+    benchmark.extra_info.update(info)
+    print("\ntext recall, front vs uvicorn:", json.dumps(info, indent=1))
+
+
 def _upsert_bodies(data: D.Dataset) -> list[str]:
     """Single-row upserts of the dataset's texts and vectors, each a new id (``@ID@``, which
     the client replaces)."""
@@ -520,13 +665,13 @@ def test_served_search_p99_under_upserts(
         for name, srv in servers.items():
             url = srv["url"]
             idle = _load(url, "/v1/vector_search", searches, 1, seconds, tmp_path)
-            start = time.time() + 1.5 + 0.4 * 5
+            together = threading.Barrier(2)
             with ThreadPoolExecutor(2) as pool:
                 writing = pool.submit(
-                    _load, url, "/v1/upsert", upserts, 4, seconds, tmp_path, True, start
+                    _load, url, "/v1/upsert", upserts, 4, seconds, tmp_path, True, together
                 )
                 loaded = _load(
-                    url, "/v1/vector_search", searches, 1, seconds, tmp_path, False, start
+                    url, "/v1/vector_search", searches, 1, seconds, tmp_path, False, together
                 )
                 written = writing.result()
             out[name] = {
@@ -732,6 +877,7 @@ REMOTE = r"""
 import numpy as np, memini
 url, mode, vectors, texts, tag = args
 vs, ts = np.load(vectors), json.load(open(texts))
+distinct = len(vs)
 c = memini.connect(url)
 if mode == "search":
     def call(i):
@@ -747,6 +893,7 @@ CHROMA = r"""
 import numpy as np, chromadb
 url, mode, vectors, texts, tag = args
 vs, ts = np.load(vectors), json.load(open(texts))
+distinct = len(vs)
 client = chromadb.HttpClient(host="127.0.0.1", port=int(url.rpartition(":")[2]))
 col = client.get_collection("bench" if mode == "search" else "bench-writes")
 if mode == "search":
@@ -847,7 +994,7 @@ def test_served_vs_chroma_server(
                     argvs = [
                         [url, mode, str(vectors), str(texts), f"{name}{rnd}c{c}"] for c in range(4)
                     ]
-                    out[f"{name}_{mode}_run{rnd}"] = _clients(setup, argvs, seconds, python, 5.0)
+                    out[f"{name}_{mode}_run{rnd}"] = _clients(setup, argvs, seconds, python)
 
     benchmark.group = "server: memini vs Chroma's server"
     benchmark.pedantic(run, rounds=1, iterations=1)

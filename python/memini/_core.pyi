@@ -313,19 +313,20 @@ class Completions:
 class Front:
     """The HTTP front of ``memini serve --front`` (rust/serve): bound to ``host:port`` at once,
     serving from ``serve`` (auth from the keys of ``set_keys``; the hot routes answered from
-    ``engine``, every other request forwarded to the app on the Unix socket ``app`` with
-    ``token``) until ``stop``; ``idle`` waits up to ``timeout`` s for none of the calls it
-    answers itself to be in flight (after ``stop`` none starts), ``wait`` for its connections
-    to end; ``observed`` takes the (route, seconds) of the calls it answered itself since the
-    last take, and how many more it answered without keeping their latency; ``take_events``
-    the event rows of the searches it answered since the last take (up to ``event_rows``
-    rows queued, none when 0; made as `search_event_rows` makes them, naming the admin and
-    open access as ``callers`` says), each operation's id made by ``new_id()`` and a
-    non-ASCII text folded by ``fold``; ``take_writes`` the writes it answered (taken after
-    ``take_events``, whose queue bound they share): (method, the caller's name, the call's
-    namespace, created_at, one (id, namespace, tier or None, summary) per memory touched,
-    the fields an ``update`` named or None); ``written`` their store metrics since the last
-    take: the upserts by (op, tier, memory type) with their count, and the deletes;
+    ``engine``, text recalls with their query embedded by ``embedder`` (the store's local
+    model; None: forwarded), every other request forwarded to the app on the Unix socket
+    ``app`` with ``token``) until ``stop``; ``idle`` waits up to ``timeout`` s for none of
+    the calls it answers itself to be in flight (after ``stop`` none starts), ``wait`` for
+    its connections to end; ``observed`` takes the (route, seconds) of the calls it answered
+    itself since the last take, and how many more it answered without keeping their latency;
+    ``take_events`` the event rows of the searches it answered since the last take (up to
+    ``event_rows`` rows queued, none when 0; made as `search_event_rows` makes them, naming
+    the admin and open access as ``callers`` says), each operation's id made by ``new_id()``
+    and a non-ASCII text folded by ``fold``; ``take_writes`` the writes it answered (taken
+    after ``take_events``, whose queue bound they share): (method, the caller's name, the
+    call's namespace, created_at, one (id, namespace, tier or None, summary) per memory
+    touched, the fields an ``update`` named or None); ``written`` their store metrics since
+    the last take: the upserts by (op, tier, memory type) with their count, and the deletes;
     ``events_dropped`` the rows a full queue dropped; ``in_flight`` the calls it is
     answering itself now."""
 
@@ -341,6 +342,7 @@ class Front:
         header_timeout: float,
         max_connections: int,
         engine: Engine | None,
+        embedder: LocalModel | None,
         event_rows: int,
         callers: tuple[str, str],
     ) -> None: ...

@@ -1,5 +1,6 @@
 //! `memini._core.LocalModel`: the local embedder (`crate::embed`), loaded once and shared.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
@@ -13,7 +14,15 @@ use crate::error::Error;
 /// runs tokenization and the forward pass without the GIL.
 #[pyclass(frozen, name = "LocalModel", module = "memini._core")]
 pub struct PyLocalModel {
-    inner: Batcher,
+    inner: Arc<Batcher>,
+}
+
+impl PyLocalModel {
+    /// The model behind its queue, for the HTTP front (text recalls share its batches and
+    /// cache).
+    pub fn shared(&self) -> Arc<Batcher> {
+        self.inner.clone()
+    }
 }
 
 #[pymethods]
@@ -68,7 +77,9 @@ impl PyLocalModel {
                 },
             )
         })?;
-        Ok(Self { inner })
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Width of the vectors.

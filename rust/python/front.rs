@@ -7,6 +7,7 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
 
+use super::embed::PyLocalModel;
 use super::engine::PyEngine;
 use crate::serve::auth::{Key, Keys};
 use crate::serve::events::{self, Fold, Rows, Write};
@@ -53,7 +54,7 @@ impl PyFront {
         self.front.local_addr().port()
     }
 
-    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, event_rows, callers))]
+    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, embedder, event_rows, callers))]
     #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     fn serve(
         &self,
@@ -64,6 +65,7 @@ impl PyFront {
         header_timeout: f64,
         max_connections: usize,
         engine: Option<PyRef<'_, PyEngine>>,
+        embedder: Option<PyRef<'_, PyLocalModel>>,
         event_rows: usize,
         callers: (String, String),
     ) {
@@ -74,8 +76,9 @@ impl PyFront {
             max_connections,
         };
         let engine = engine.map(|e| e.shared());
+        let embedder = embedder.map(|e| e.shared());
         self.front
-            .serve(app, token, limits, engine, event_rows, callers);
+            .serve(app, token, limits, engine, embedder, event_rows, callers);
     }
 
     fn set_keys(&self, open: bool, keys: Vec<KeyRow>) {

@@ -41,6 +41,7 @@ use serde::Serialize;
 use tokio::net::{TcpListener, TcpSocket, UnixStream};
 use tokio::sync::{watch, Semaphore};
 
+use crate::embed::Batcher;
 use crate::Engine;
 use auth::{Decision, Keys};
 use events::{Events, Rows, Write};
@@ -71,6 +72,8 @@ struct Shared {
     limits: Limits,
     /// The store's engine, for the routes answered here (None: every route forwarded).
     engine: Option<Arc<Engine>>,
+    /// The store's embedder when it is the core's, for text recalls (None: forwarded).
+    embedder: Option<Arc<Batcher>>,
     native: Arc<Native>,
     observed: Arc<Observed>,
     /// Where the calls answered here queue their event rows (None: no event log).
@@ -225,14 +228,17 @@ impl Front {
     /// Start serving: auth from the keys of `set_keys` (none before), the hot routes
     /// answered from `engine` (when given; their event rows queued for `take_events`, up
     /// to `event_rows` rows, none when 0; `callers`: the names its rows give the admin and
-    /// open access), everything else forwarded to the app listening
-    /// on the Unix socket `app` with `token`. Once only (later calls do nothing).
+    /// open access) and text recalls with the store's `embedder` (when it is the core's),
+    /// everything else forwarded to the app listening on the Unix socket `app` with `token`.
+    /// Once only (later calls do nothing).
+    #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     pub fn serve(
         &self,
         app: PathBuf,
         token: &str,
         limits: Limits,
         engine: Option<Arc<Engine>>,
+        embedder: Option<Arc<Batcher>>,
         event_rows: usize,
         callers: (String, String),
     ) {
@@ -248,6 +254,7 @@ impl Front {
             token,
             limits,
             engine,
+            embedder,
             native: self.native.clone(),
             observed: self.observed.clone(),
             events: (event_rows > 0).then(|| {
@@ -481,8 +488,12 @@ async fn handle(
         }
     };
     let answer = match route_here(&shared, &parts) {
-        Some(route) if native::WRITES.contains(&route) => {
-            // a durable commit waits for the disk: never on the runtime's threads
+        // a durable commit waits for the disk, a recall may embed its query (waiting in the
+        // embedder's queue): never on the runtime's threads
+        Some(route)
+            if native::WRITES.contains(&route)
+                || (route == "recall" && shared.embedder.is_some()) =>
+        {
             let (shared, keys, decision, body) =
                 (shared.clone(), keys.clone(), decision.clone(), body.clone());
             tokio::task::spawn_blocking(move || {
@@ -527,6 +538,7 @@ fn answer_here(
         keys,
         decision,
         events: shared.events.as_deref(),
+        embedder: shared.embedder.as_deref(),
         written: &shared.written,
     };
     let json = match route {

@@ -19,9 +19,11 @@ use super::auth::{Decision, Keys};
 use super::events::{self, Events};
 use super::wire;
 use super::writes::Written;
+use crate::embed::Batcher;
 use crate::engine::recall_defaults::{
     DEFAULT_ALPHA, DEFAULT_CONTEXT, DEFAULT_KEYWORD_HALF, MIN_POOL,
 };
+use crate::error::uninterrupted;
 use crate::types::{FilterSpec, Memory, Micros, Scored};
 use crate::{Engine, Fusion, RecallQuery, Source};
 
@@ -51,6 +53,8 @@ pub struct Call<'a> {
     pub decision: &'a Decision,
     /// Where its event rows go (None: the server logs no events).
     pub events: Option<&'a Events>,
+    /// The store's embedder when it is the core's (None: a text recall is forwarded).
+    pub embedder: Option<&'a Batcher>,
     /// Where a write's store metrics go.
     pub written: &'a Written,
 }
@@ -391,7 +395,8 @@ struct RecallArgs {
     namespace: Namespaces,
     #[serde(default)]
     query: String,
-    vector: Vector,
+    #[serde(default)]
+    vector: Option<Vector>,
     #[serde(default)]
     filter: Option<serde_json::Value>,
     #[serde(default = "ten")]
@@ -414,9 +419,11 @@ struct RecallArgs {
     reinforce: bool,
 }
 
-/// `POST /v1/recall` with a vector, no filter, the default fusion and pool, neither
-/// `linked` nor `reinforce`: the answer's JSON (its event rows queued, with the query), or
-/// None to forward (a recall without a vector too: its query may need the server's embedder).
+/// `POST /v1/recall` with no filter, the default fusion and pool, neither `linked` nor
+/// `reinforce`, and a vector, a blank query (no vector then: `Store._embed_query`) or a query
+/// the server's local embedder embeds here (blocking: its queue batches it with the other
+/// callers'): the answer's JSON (its event rows queued, with the query), or None to forward
+/// (the query of a store with another embedder, or none, included).
 pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let args: RecallArgs = serde_json::from_slice(body).ok()?;
     let quality = match &args.rerank {
@@ -455,6 +462,15 @@ pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     crate::limits::query(&args.query).ok()?;
+    let vector = match args.vector {
+        Some(v) => Some(v.0),
+        None if blank(&args.query) => None,
+        None => Some(
+            call.embedder?
+                .embed(std::slice::from_ref(&args.query), &uninterrupted())
+                .ok()?,
+        ),
+    };
     let k = usize::try_from(args.k).ok()?;
     let pool = usize::try_from((5 * args.k).max(MIN_POOL)).ok()?;
     let spec = live_rows();
@@ -463,7 +479,7 @@ pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
         .recall(&RecallQuery {
             sources: &sources,
             text: &args.query,
-            vector: Some(&args.vector.0),
+            vector: vector.as_deref(),
             spec: &spec,
             k,
             pool,
@@ -492,6 +508,13 @@ pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
         ));
     }
     Some(json)
+}
+
+/// Whether Python's `str.strip` leaves nothing of `text` (its whitespace is Unicode's
+/// White_Space and the four information separators).
+fn blank(text: &str) -> bool {
+    text.chars()
+        .all(|c| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }
 
 #[derive(Deserialize)]
@@ -564,4 +587,30 @@ fn search(
 fn hit(m: Memory, score: f64) -> events::Hit {
     let summary = events::summary(&m.summary, &m.content);
     (m.id, m.namespace, m.tier, summary, score)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_is_what_python_strips() {
+        // every character for which Python 3.11's str.isspace() is true
+        let python: Vec<u32> = [0x9..=0xd, 0x1c..=0x20, 0x2000..=0x200a]
+            .into_iter()
+            .flatten()
+            .chain([0x85, 0xa0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000])
+            .collect();
+        for c in (0..=0x10_ffff).filter_map(char::from_u32) {
+            let s = c.to_string();
+            assert_eq!(
+                blank(&s),
+                python.contains(&u32::from(c)),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
+        assert!(blank(""));
+        assert!(!blank(" \u{3000}x\t"));
+    }
 }

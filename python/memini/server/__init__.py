@@ -40,8 +40,9 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 import memini
-from memini._core import Engine, Front
-from memini.errors import InvalidArgumentError
+from memini._core import Engine, Front, LocalModel
+from memini.embed import LocalEmbedder
+from memini.errors import InvalidArgumentError, MeminiError
 from memini.metrics import PrometheusMetrics
 from memini.server._app import create_app
 from memini.server._auth import ADMIN, ADMIN_KEY_ENV, OPEN, Gate, is_loopback
@@ -127,6 +128,19 @@ class _Uvicorn(uvicorn.Server):
         if self.service.front is not None:
             self.service.front.stop()  # no new connections; open ones close once answered
         super().handle_exit(sig, frame)
+
+
+def _local_model(embedder: object) -> LocalModel | None:
+    """The core's model behind the store's ``embedder`` when it is a `LocalEmbedder`, loaded
+    now, for the front's text recalls (they share its batches and cache with every other
+    caller); None for any other embedder, or none, and for weights that do not load: text
+    recalls are then the app's (which names that error on each)."""
+    if type(embedder) is not LocalEmbedder:
+        return None
+    try:
+        return embedder._model()
+    except MeminiError:
+        return None
 
 
 class Server:
@@ -294,6 +308,7 @@ class Server:
         front.serve(
             path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
             opts.max_connections, engine if isinstance(engine, Engine) else None,
+            _local_model(self.service.store._embedder),
             opts.event_queue if recorder is not None else 0, (ADMIN.name, OPEN.name),
         )  # fmt: skip
         self.service.front = front
