@@ -125,6 +125,38 @@ def test_a_key_change_reaches_the_front_at_once(served: Server) -> None:
         assert admin.delete_api_key("new")
 
 
+@pytest.mark.parametrize(
+    ("change", "status"), [({"disabled": True}, 401), ({"home_ns": "org/c"}, 403)]
+)
+def test_a_key_changed_while_its_body_arrives_is_decided_as_changed(
+    served: Server, change: dict[str, object], status: int
+) -> None:
+    """The front decides a request once its body has arrived, from the keys of that moment
+    (as the app decides what it is forwarded): a key disabled, or moved to another home,
+    while a client still sends its body writes nothing in its former home."""
+    secret = "front-key-moving"
+    memory = {"id": "moving", "namespace": "org/a/m", "content": "c", "embedding": [1, 0, 0, 0]}
+    body = wire.dumps({"memory": memory})
+    head = (
+        f"POST /v1/upsert HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {secret}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    key = {"name": "moving", "hash": hash_api_key(secret), "home_ns": "org/a"}
+    with memini.connect(served.url, api_key=ADMIN, retry_for=0) as admin:
+        admin.put_api_key(APIKey(**key))  # type: ignore[arg-type]
+        try:
+            with socket.create_connection(("127.0.0.1", served.port)) as sock:
+                sock.sendall(head)
+                time.sleep(0.5)  # the front has the request's head, and waits for its body
+                admin.put_api_key(APIKey(**{**key, **change}))  # type: ignore[arg-type]
+                sock.sendall(body)
+                sock.settimeout(10)
+                assert sock.recv(100).startswith(f"HTTP/1.1 {status} ".encode())
+        finally:
+            admin.delete_api_key("moving")
+    assert served.service.store.count("org/a/m") == 0
+
+
 def test_body_limits_apply_in_the_front(served: Server) -> None:
     auth = {"authorization": _bearer(ADMIN)}
     big = {"namespace": "org/a", "pad": "x" * 5000}

@@ -426,15 +426,13 @@ fn full(bytes: Bytes) -> Body {
     Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
-/// One request: decided, its body read under the limits, forwarded.
+/// One request: its body read under the limits, decided, answered here or forwarded.
 async fn handle(
     shared: Arc<Shared>,
     upstream: Arc<tokio::sync::Mutex<Option<SendRequest<Full<Bytes>>>>>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let t0 = Instant::now();
-    let keys = shared.keys.read().clone();
-    let decision = keys.decide(req.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes));
     let limits = shared.limits;
     let (parts, body) = req.into_parts();
     let declared = parts
@@ -487,6 +485,10 @@ async fn handle(
             ))
         }
     };
+    // decided once the body is here, from the keys of this moment: a key disabled or moved
+    // while its body arrived is decided as the app decides what it is forwarded
+    let keys = shared.keys.read().clone();
+    let decision = keys.decide(parts.headers.get(AUTHORIZATION).map(HeaderValue::as_bytes));
     let answer = match route_here(&shared, &parts) {
         // a durable commit waits for the disk, a recall may embed its query (waiting in the
         // embedder's queue): never on the runtime's threads
