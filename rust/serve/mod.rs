@@ -498,12 +498,22 @@ async fn handle(
         {
             let (shared, keys, decision, body) =
                 (shared.clone(), keys.clone(), decision.clone(), body.clone());
-            tokio::task::spawn_blocking(move || {
+            match tokio::task::spawn_blocking(move || {
                 answer_here(&shared, &keys, &decision, route, &body, t0)
             })
             .await
-            .ok()
-            .flatten()
+            {
+                Ok(answer) => answer,
+                // a bug: never forwarded, since a write may have committed before it
+                Err(e) => {
+                    log::error!("{route}() failed inside the front: {e}");
+                    Some(error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "MeminiError",
+                        &format!("{route}() failed inside the server (logged)"),
+                    ))
+                }
+            }
         }
         Some(route) => answer_here(&shared, &keys, &decision, route, &body, t0),
         None => None,
