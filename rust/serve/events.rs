@@ -209,10 +209,17 @@ pub type Write = (
     Option<Vec<String>>,
 );
 
-/// The bounded queue of searches answered, by rows (the writes' rows counted with them).
+/// The calls queued: searches and writes, and the rows they make (the bound's count).
+#[derive(Default)]
+struct Queued {
+    searches: Vec<Rows>,
+    writes: Vec<Write>,
+    rows: usize,
+}
+
+/// The bounded queue of searches and writes answered, by rows.
 pub struct Events {
-    queue: Mutex<(Vec<Rows>, usize)>,
-    writes: Mutex<Vec<Write>>,
+    queue: Mutex<Queued>,
     max_rows: usize,
     dropped: AtomicU64,
     /// The callers' names of the admin and of open access (`memini.server._auth`'s
@@ -226,7 +233,6 @@ impl Events {
     pub fn new(max_rows: usize, callers: (String, String)) -> Self {
         Self {
             queue: Mutex::default(),
-            writes: Mutex::default(),
             max_rows,
             dropped: AtomicU64::new(0),
             callers,
@@ -235,41 +241,37 @@ impl Events {
 
     /// Queue a search's rows, or count them dropped when they do not fit.
     pub fn push(&self, search: Rows) {
-        let rows = search.rows.len();
-        let mut queue = self.queue.lock();
-        if queue.1 + rows > self.max_rows {
-            drop(queue);
-            self.dropped.fetch_add(rows as u64, Ordering::Relaxed);
-            return;
-        }
-        queue.1 += rows;
-        queue.0.push(search);
+        self.admit(search.rows.len(), |queue| queue.searches.push(search));
     }
 
     /// Queue a write's rows, or count them dropped when they do not fit.
     pub fn push_write(&self, write: Write) {
-        let rows = write.4.len();
+        self.admit(write.4.len(), |queue| queue.writes.push(write));
+    }
+
+    /// Queue a call of `rows` rows with `add` if they fit, else count them dropped.
+    fn admit(&self, rows: usize, add: impl FnOnce(&mut Queued)) {
         let mut queue = self.queue.lock();
-        if queue.1 + rows > self.max_rows {
+        if queue.rows + rows > self.max_rows {
             drop(queue);
             self.dropped.fetch_add(rows as u64, Ordering::Relaxed);
             return;
         }
-        queue.1 += rows;
-        self.writes.lock().push(write);
+        queue.rows += rows;
+        add(&mut queue);
     }
 
     /// The writes queued, oldest first (taken with the searches: `take` starts the count
     /// of rows queued again).
     pub fn take_writes(&self) -> Vec<Write> {
-        std::mem::take(&mut *self.writes.lock())
+        std::mem::take(&mut self.queue.lock().writes)
     }
 
     /// Everything queued, oldest first; the queue is empty after.
     pub fn take(&self) -> Vec<Rows> {
         let mut queue = self.queue.lock();
-        queue.1 = 0;
-        std::mem::take(&mut queue.0)
+        queue.rows = 0;
+        std::mem::take(&mut queue.searches)
     }
 
     /// Rows dropped since the start because the queue was full.
