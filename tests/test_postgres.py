@@ -203,6 +203,62 @@ def test_keyword_weights_follow_another_stores_writes_after_the_refresh(
         assert ranked()[0] == "t"  # kettle is in 11 rows of 26 now
 
 
+def _statements(store: Store, call: Any) -> int:
+    """The statements ``call()`` sends on the store's one connection (libpq's trace: a
+    ``Bind`` or ``Query`` message is a statement)."""
+    import tempfile
+
+    from psycopg import pq
+
+    pool = store._engine._p.pool  # type: ignore[union-attr]
+    with tempfile.TemporaryFile("w+") as log:
+        with pool.connection() as conn:
+            conn.pgconn.trace(log.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        call()
+        with pool.connection() as conn:
+            conn.pgconn.untrace()
+        assert pool.get_stats()["pool_size"] == 1
+        log.seek(0)
+        sent = [f[2] for f in (line.rstrip("\n").split("\t") for line in log) if f[0] == "F"]
+    return sum(m in ("Bind", "Query") for m in sent)
+
+
+def test_a_search_of_new_words_is_one_statement(pg_url: str) -> None:
+    """A keyword search is one statement and a recall two (its legs, then its final rows),
+    whether the query's words were counted before or not: the statement counts what the
+    cache misses (words, a namespace's rows for its coherence) and returns the counts; the
+    answers are those of the same search with every count cached."""
+    rng = np.random.default_rng(9)
+    words = ["kettle", "teapot", "copper", "stove", "handle", "spout", "lid", "cup"]
+    with Store.open(pg_url, dims=4) as s:
+        s.upsert_many(
+            Memory(
+                id=f"m{i:03d}",
+                namespace="n",
+                content=f"{words[i % 8]} and {words[i % 5]} row {i}",
+                embedding=rng.standard_normal(4),
+            )
+            for i in range(200)
+        )
+        q = rng.standard_normal(4)
+        s.recall("n", "row", q, k=5)  # the session set, the namespace's coherence measured
+
+        def searches() -> list[list[tuple[str, float]]]:
+            return [
+                [(h.memory.id, h.score) for h in s.keyword_search("n", "kettle the spout", k=5)],
+                [(h.memory.id, h.score) for h in s.recall("n", "copper lid cup", q, k=5)],
+            ]
+
+        cold: list[list[tuple[str, float]]] = []
+        assert _statements(s, lambda: cold.extend(searches())) == 1 + 2
+        warm: list[list[tuple[str, float]]] = []
+        assert _statements(s, lambda: warm.extend(searches())) == 1 + 2
+        assert warm == cold and all(len(found) == 5 for found in cold)
+        s._engine._frequencies.forget()  # type: ignore[union-attr]
+        assert _statements(s, lambda: s.keyword_search("n", "stove handle", k=5)) == 1
+
+
 def test_linked_recall_sees_links_another_store_writes(pg_url: str) -> None:
     with Store.open(pg_url, dims=4, metric="cos") as a, Store.open(pg_url) as b:
         a.upsert_many(
@@ -632,7 +688,8 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
     an exact scan behind, or (small namespaces, rare tags) are the exact scan alone, through
     the tag GIN or the namespace index; keyword searches use the words
     GIN index, recall's final rows the primary key, the keyword weights' counts the words
-    GIN index in a large namespace and the namespace index in a small one; no statement
+    GIN index in a large namespace and the namespace index in a small one (inside the
+    keyword and recall statements); no statement
     reads ``memories`` sequentially, but for the keyword search of stopwords alone (the
     words as they are, unindexed)."""
     import psycopg
@@ -673,6 +730,7 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
         s.keyword_search("ns3", "beta", Filter(tags=["common"]), k=5)
         s.keyword_search("ns4", "the of", k=5)
         s.recall("big", "alpha", q, k=5)
+        s.recall("big", "beta", q, k=5)  # its coherence known: its rows counted in the statement
         s.recall(["ns1", "ns2"], "delta", q, k=5, fusion="rrf")
         pool = s._engine._p.pool  # type: ignore[union-attr]
         assert pool.get_stats()["pool_size"] == 1  # every statement went through one session
@@ -694,10 +752,13 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
         for node in nodes:
             if node.get("Relation Name") == "memories" and node["Node Type"] == "Seq Scan":
                 raise AssertionError(f"a sequential scan of memories in: {statement}")
-        if statement.startswith("SELECT n.ns"):  # the keyword weights' counts
+        if "kc AS MATERIALIZED" in statement:
+            # the keyword weights it counts: through the words GIN index in a large
+            # namespace, the namespace index in a small one
             assert {"memories_words", "memories_ns_id"} <= used, statement
             kinds["frequencies"] += 1
-            continue
+        if "SELECT 'c'" in statement:  # recall counting a namespace's rows for its coherence
+            kinds["recounts"] += 1
         if statement.startswith("SELECT count(*)") or "row_number()" in statement:
             # a namespace's coherence: its rows counted, its sample read, by namespace
             assert used - {None} and used <= {"memories_ns_time", "memories_ns_id", None}
@@ -725,4 +786,5 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
     assert kinds["rows"] >= 1 and kinds["keyword"] >= 3 and kinds["vector"] >= 4, kinds
     # a small namespace and a rare tag scan exactly, each a statement without the walk
     assert kinds["exact"] == 2, kinds
-    assert kinds["coherence"] == 2 and kinds["frequencies"] == 1 and kinds["stopwords"] == 1, kinds
+    assert kinds["coherence"] == 2 and kinds["stopwords"] == 1, kinds
+    assert kinds["frequencies"] == kinds["keyword"] == 5 and kinds["recounts"] == 1, kinds
