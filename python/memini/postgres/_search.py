@@ -173,29 +173,30 @@ planner statistics' estimate stands in (`memini.postgres._frequencies`)."""
 
 # The keyword leg's weights (`memini.postgres._frequencies.Lookup.params`): the words it
 # weighs, ``kq`` (slot ``j`` from 1, the word, its query and the query's text: empty for a
-# stopword); each (namespace ``i``, slot) pair's df, ``kc``: the cached one, else counted
-# through the GIN index in a large namespace, else through the namespace's index (each
-# condition the other index could serve made opaque to the planner); each namespace's rows,
-# ``kn``: the cached count, else counted up to COUNT_UP_TO (above, the larger of that and
-# the planner's estimate); each slot's idf, ``ki``: BM25's over the namespaces' sums, none
-# for a stopword or a stem an earlier slot has.
+# stopword); each namespace's rows, ``kn`` (``i`` from 0): the cached count, else counted up
+# to COUNT_UP_TO (above, the larger of that and the planner's estimate); each (namespace,
+# slot) pair's df, ``kc``: the cached one (``kpd``, namespace by namespace), else counted
+# through the GIN index in a ``large`` namespace, else through the namespace's index (each
+# condition the other index could serve made opaque to the planner); each slot's idf,
+# ``ki``: BM25's over the namespaces' sums, none for a stopword or a stem an earlier slot
+# has. An array of NULLs may be passed as NULL (shorter arrays pad with NULLs).
 _WEIGHTS: Final = (
     "kq AS MATERIALIZED (SELECT u.j, u.w, q, q::text AS qt FROM unnest(%(kw)s::text[]) "
     f"WITH ORDINALITY u(w, j), to_tsquery('{TS_CONFIG}', u.w) q), "
-    "kc AS MATERIALIZED (SELECT p.i, p.j, kq.w, kq.qt, p.df IS NULL AS counted, "
-    "CASE WHEN p.df IS NOT NULL THEN p.df WHEN numnode(kq.q) = 0 THEN 0 WHEN p.large "
-    "THEN (SELECT count(*) FROM memories WHERE words @@ kq.q "
-    "AND CASE WHEN namespace = p.ns THEN true ELSE false END) "
-    "ELSE (SELECT count(*) FROM memories WHERE namespace = p.ns "
-    "AND CASE WHEN words @@ kq.q THEN true ELSE false END) END AS df "
-    "FROM unnest(%(kpi)s::int4[], %(kpn)s::text[], %(kpj)s::int8[], %(kpd)s::int8[], "
-    "%(kpl)s::bool[]) p(i, ns, j, df, large) JOIN kq ON kq.j = p.j), "
-    "kn AS MATERIALIZED (SELECT n.i, n.rows IS NULL AS counted, coalesce(n.rows, "
-    f"(SELECT CASE WHEN c < {COUNT_UP_TO} THEN c ELSE greatest(c, n.est) END FROM "
-    "(SELECT count(*)::float8 AS c FROM (SELECT FROM memories WHERE namespace = n.ns "
+    "kn AS MATERIALIZED (SELECT n.i - 1 AS i, n.ns, n.large, n.rows IS NULL AS counted, "
+    f"coalesce(n.rows, (SELECT CASE WHEN c < {COUNT_UP_TO} THEN c ELSE greatest(c, n.est) END "
+    "FROM (SELECT count(*)::float8 AS c FROM (SELECT FROM memories WHERE namespace = n.ns "
     f"LIMIT {COUNT_UP_TO}) x) y)) AS rows "
-    "FROM unnest(%(kni)s::int4[], %(knn)s::text[], %(knr)s::float8[], %(kne)s::float8[]) "
-    "n(i, ns, rows, est)), "
+    "FROM unnest(%(knn)s::text[], %(knr)s::float8[], %(kne)s::float8[], %(knl)s::bool[]) "
+    "WITH ORDINALITY n(ns, rows, est, large, i)), "
+    "kc AS MATERIALIZED (SELECT n.i, kq.j, kq.w, kq.qt, p.df IS NULL AS counted, "
+    "CASE WHEN p.df IS NOT NULL THEN p.df WHEN numnode(kq.q) = 0 THEN 0 WHEN n.large "
+    "THEN (SELECT count(*) FROM memories WHERE words @@ kq.q "
+    "AND CASE WHEN namespace = n.ns THEN true ELSE false END) "
+    "ELSE (SELECT count(*) FROM memories WHERE namespace = n.ns "
+    "AND CASE WHEN words @@ kq.q THEN true ELSE false END) END AS df "
+    "FROM kn n CROSS JOIN kq, "
+    "LATERAL (SELECT (%(kpd)s::int8[])[n.i * cardinality(%(kw)s::text[]) + kq.j] AS df) p), "
     "ki AS MATERIALIZED (SELECT kq.j, kq.q, CASE WHEN kq.qt = '' OR EXISTS (SELECT FROM kq e "
     "WHERE e.qt = kq.qt AND e.j < kq.j) THEN 0::float8 "
     "ELSE ln(1 + (greatest(t.n, d.df) - d.df + 0.5) / (d.df + 0.5)) END AS idf "
