@@ -259,6 +259,31 @@ def test_a_search_of_new_words_is_one_statement(pg_url: str) -> None:
         assert _statements(s, lambda: s.keyword_search("n", "stove handle", k=5)) == 1
 
 
+def test_weights_counted_in_part_rank_as_counted_at_once(pg_url: str) -> None:
+    """A search over namespaces of which some have their words' counts cached and some not
+    (and words of which some were parsed before: a stopword, two words of one stem) ranks
+    as the same search by a store that counts everything in that statement."""
+    rows = [
+        Memory(id=f"{ns}{i:02d}", namespace=ns, content=text)
+        for ns, texts in (
+            ("a", ["kettle on the stove", "copper kettles", "a teapot", "stove top", "cups"]),
+            ("b", ["teapot and kettle", "the copper pot", "kettle", "spoons", "saucers", "jam"]),
+        )
+        for i, text in enumerate(texts)
+    ]
+    query = "the kettles kettle copper teapot"
+    with Store.open(pg_url, dims=4) as warm, Store.open(pg_url) as cold:
+        warm.upsert_many(rows)
+        warm.keyword_search("a", "the kettle teapot", k=10)  # a's counts of these words
+        warm.keyword_search("b", "copper", k=10)  # b's count of copper
+        got = [(h.memory.id, h.score) for h in warm.recall(["a", "b"], query, k=10)]
+        want = [(h.memory.id, h.score) for h in cold.recall(["a", "b"], query, k=10)]
+        assert got == want and len(got) >= 6
+        got_kw = [(h.memory.id, h.score) for h in warm.keyword_search("b", query, k=10)]
+        want_kw = [(h.memory.id, h.score) for h in cold.keyword_search("b", query, k=10)]
+        assert got_kw == want_kw and len(got_kw) >= 3
+
+
 def test_linked_recall_sees_links_another_store_writes(pg_url: str) -> None:
     with Store.open(pg_url, dims=4, metric="cos") as a, Store.open(pg_url) as b:
         a.upsert_many(
