@@ -707,6 +707,49 @@ def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def test_the_graph_walk_plans_with_the_graph_in_a_small_table(pg_url: str) -> None:
+    """A search that walks the graph (a namespace of 1,500 rows, the whole table) plans its
+    walk as the HNSW scan, not a read of every row and a sort (the planner's choice at
+    PostgreSQL's default ``random_page_cost``, 4)."""
+    import psycopg
+
+    rng = np.random.default_rng(11)
+    with Store.open(pg_url, dims=16) as s:
+        s.upsert_many(
+            Memory(
+                id=f"m{i}",
+                namespace="n",
+                content=f"row {i} of {i % 7} kettles",
+                embedding=rng.standard_normal(16),
+            )
+            for i in range(1500)
+        )
+        with psycopg.connect(pg_url, autocommit=True) as c:
+            c.execute("ANALYZE memories")
+        s._engine._sizes.forget()  # type: ignore[union-attr]
+        q = rng.standard_normal(16)
+        assert len(s.vector_search("n", q, k=10)) == 10
+        assert len(s.recall("n", "kettles", q, k=10)) == 10
+        pool = s._engine._p.pool  # type: ignore[union-attr]
+        with pool.connection() as conn:
+            prepared = conn.execute(
+                "SELECT name, statement, cardinality(parameter_types) FROM pg_prepared_statements"
+            ).fetchall()
+            walks = 0
+            for name, statement, n in prepared:
+                if "<->" not in statement or "CASE WHEN" not in statement:
+                    continue
+                [(plan,)] = conn.execute(
+                    f"EXPLAIN (FORMAT JSON) EXECUTE {name}({', '.join(['NULL'] * n)})"
+                )
+                nodes = _plan_nodes(plan[0]["Plan"])
+                assert any(
+                    nd.get("Index Name") == "memories_hnsw" and "Order By" in nd for nd in nodes
+                ), statement
+                walks += 1
+    assert walks == 2  # vector_search's and recall's
+
+
 def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
     """Each statement a search prepares, EXPLAINed as the generic plan it runs on a
     populated database (many namespaces, analyzed): vector searches walk the HNSW index with
