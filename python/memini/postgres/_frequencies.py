@@ -149,36 +149,38 @@ class Frequencies:
         statement weighed the query as it is: False when its slots, not parsed before,
         are all stopwords (search again, as stopwords alone)."""
         spaces, fresh = lookup.spaces, lookup.fresh
-        with self._lock:
-            if len(self._parsed) > _MAX_WORDS:
-                self._parsed.clear()
-            if sum(len(c.words) for c in self._cache.values()) > _MAX_WORDS:
-                self._cache.clear()
-            for leg, i, word, query, n in counted:
-                c = fresh.get(spaces[i]) or lookup.cached[spaces[i]]
-                if c is None or leg not in ("w", "n"):
-                    continue
-                if leg == "n":
-                    c.rows = float(n)
-                else:
-                    c.words[word] = (query, int(n))
-                    self._parsed[word] = lookup.parsed[word] = query
-            for ns, c in fresh.items():
-                old = lookup.cached[ns]
-                if c.rows is None:  # not counted: the statement weighed no word
-                    continue
-                # aged out: the other words' counts still hold while N has moved less
-                # than a sixteenth
-                if (
-                    old is not None
-                    and old.rows is not None
-                    and self._cache.get(ns) is old
-                    and abs(c.rows - old.rows) <= old.rows // 16
-                ):
-                    c.words = {**old.words, **c.words}
-                    c.written = old.written
-                self._cache[ns] = c
-            return not lookup.slots or any(lookup.parsed.get(w) for w in lookup.slots)
+        made = [r for r in counted if r[0] in ("w", "n")]
+        if made:  # (a fresh namespace's rows come back whenever the statement weighs words)
+            with self._lock:
+                if len(self._parsed) > _MAX_WORDS:
+                    self._parsed.clear()
+                if sum(len(c.words) for c in self._cache.values()) > _MAX_WORDS:
+                    self._cache.clear()
+                for leg, i, word, query, n in made:
+                    c = fresh.get(spaces[i]) or lookup.cached[spaces[i]]
+                    if c is None:
+                        continue
+                    if leg == "n":
+                        c.rows = float(n)
+                    else:
+                        c.words[word] = (query, int(n))
+                        self._parsed[word] = lookup.parsed[word] = query
+                for ns, c in fresh.items():
+                    old = lookup.cached[ns]
+                    if c.rows is None:  # not counted: the statement weighed no word
+                        continue
+                    # aged out: the other words' counts still hold while N has moved less
+                    # than a sixteenth
+                    if (
+                        old is not None
+                        and old.rows is not None
+                        and self._cache.get(ns) is old
+                        and abs(c.rows - old.rows) <= old.rows // 16
+                    ):
+                        c.words = {**old.words, **c.words}
+                        c.written = old.written
+                    self._cache[ns] = c
+        return not lookup.slots or any(lookup.parsed.get(w) for w in lookup.slots)
 
 
 def _df(counts: _Counts, word: str) -> int | None:
