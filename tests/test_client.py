@@ -447,3 +447,35 @@ def test_the_common_answers_are_read_without_h11(
     assert (status, body, keep) == want
     status, _, body, _ = _read(_read_answer(_START, b"{}"), data, list(range(1, len(data))))
     assert (status, body) == want[:2]
+
+
+_ROW = {"id": "a", "namespace": "n", "content": "x"}
+
+
+@pytest.mark.parametrize(
+    ("value", "hint", "want"),
+    [
+        pytest.param({**_ROW, "tags": [], "metadata": {}, "linked_memory_ids": [], "level": None},
+                     memini.Memory, memini.Memory(id="a", namespace="n", content="x"), id="empty"),
+        pytest.param({**_ROW, "tier": "working", "embedding": None}, memini.Memory,
+                     memini.Memory(id="a", namespace="n", content="x", tier=memini.Tier.WORKING),
+                     id="enum"),
+        pytest.param({**_ROW, "access_count": []}, memini.Memory, "must be an integer",
+                     id="int-not-array"),
+        pytest.param([{"memory": {}, "score": 1.0}], list[memini.Scored],
+                     "lacks the required field 'id'", id="empty-memory"),
+    ],
+)  # fmt: skip
+def test_null_and_empty_fields_decode_as_their_decoders_say(
+    value: Any, hint: Any, want: Any
+) -> None:
+    """The decoder's shortcut for null and empty fields (no decoder call) gives what the
+    field's decoder gives, and refuses what it refuses."""
+    if isinstance(want, str):
+        with pytest.raises(memini.InvalidArgumentError, match=want):
+            wire.decode(value, hint, "result")
+    else:
+        got = wire.decode(value, hint, "result")
+        assert got == want and type(got.tier) is memini.Tier
+    vec = wire.decode([], np.ndarray[Any, np.dtype[np.float32]], "result")
+    assert isinstance(vec, np.ndarray) and vec.dtype == np.float32 and vec.size == 0
