@@ -479,3 +479,28 @@ def test_null_and_empty_fields_decode_as_their_decoders_say(
         assert got == want and type(got.tier) is memini.Tier
     vec = wire.decode([], np.ndarray[Any, np.dtype[np.float32]], "result")
     assert isinstance(vec, np.ndarray) and vec.dtype == np.float32 and vec.size == 0
+
+
+def test_objects_of_every_shape_decode_alike() -> None:
+    """A dataclass's decoding, worked out once per shape of object (its keys and their JSON
+    types), decodes each object by its own shape: the same keys with other types, fields
+    left out, unknown ones refused, and more shapes than are kept (300 of 512)."""
+    when = "2026-01-31T12:00:00+00:00"
+    optional = {"summary": "s", "importance": 0.5, "tags": ["t"], "metadata": {"k": [1]},
+                "confidence": 0.5, "level": None, "superseded_by": "b", "valid_from": when,
+                "access_count": 2}  # fmt: skip
+    rows = [
+        {**_ROW, "expires_at": None, "tags": []},
+        {**_ROW, "expires_at": when, "tags": ["t"]},
+        {"content": "x", "namespace": "n", "id": "a"},
+        *({**_ROW, **{k: v for b, (k, v) in enumerate(optional.items()) if i >> b & 1}}
+          for i in range(300)),
+    ]  # fmt: skip
+    for row in rows * 2:
+        got = wire.decode(row, memini.Memory, "m")
+        times = {k: datetime.fromisoformat(v) for k, v in row.items() if v == when}
+        assert got == memini.Memory(**{**row, **times})
+        with pytest.raises(memini.InvalidArgumentError, match="unknown field 'nope'"):
+            wire.decode({**row, "nope": 1}, memini.Memory, "m")
+        with pytest.raises(memini.InvalidArgumentError, match="lacks the required field 'id'"):
+            wire.decode({k: v for k, v in row.items() if k != "id"}, memini.Memory, "m")
