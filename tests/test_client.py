@@ -440,7 +440,7 @@ def test_the_common_answers_are_read_without_h11(
     data: bytes, want: tuple[int, bytes, bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Answers with one Content-Length (every answer of ``memini serve``) are read without
-    h11's state machine (~30 us of CPU per call), in one piece or byte by byte (then what
+    h11's state machine (~33 us of CPU per call), in one piece or byte by byte (then what
     follows the answer is read after it: a connection found stale when next taken)."""
     monkeypatch.setattr("memini.client._h11_answer", None)  # called: a TypeError
     status, _, body, keep = _read(_read_answer(_START, b"{}"), data, [])

@@ -7,17 +7,20 @@ HTTP/1.1 connection pool (keep-alive) per client, safe to share between threads
 (`RemoteStore`) or tasks (`AsyncRemoteStore`).
 
 Both clients keep their own HTTP/1.1 connections (`_Connections` on sockets,
-`_AsyncConnections` on asyncio streams; h11 frames requests and reads answers for both, in
-`_Http11`) for a plain ``http://`` URL reached without a proxy: httpx's client spent
-~400-850 us of CPU per call (URL parsing, header models, pools, tracing), more than the
-server's work for a search. Client CPU per call against a live ``memini serve`` (5k rows,
-384-d, k=10; process CPU time of a client process over 300 calls, best of 3;
-`benches/bench_server.py::test_remote_store_client_cpu`): `RemoteStore` ``vector_search``
-274 us, ``count`` 127 us; `AsyncRemoteStore` 307 and 153 us (httpx, at 20k rows: 705, 432
-and 1,047 us for ``vector_search``, ``count`` and the async ``vector_search``; a
-hand-written answer parser in h11's place: ~70-80 us less per call). An ``https://`` URL,
-or one a proxy variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes
-through httpx, which does TLS and proxies.
+`_AsyncConnections` on asyncio streams) for a plain ``http://`` URL reached without a proxy:
+httpx's client spent ~400-850 us of CPU per call (URL parsing, header models, pools,
+tracing), more than the server's work for a search. h11 checks and renders each request's
+head once per path and body length (`_Start`); `_read_answer` reads the common answer (one
+Content-Length) itself and leaves every other one, malformed ones included, to h11 (its
+state machine was ~33 us of a call's CPU hot, more in a client's loop). Client CPU per call
+against a live ``memini serve`` (5k rows, 384-d, k=10; process CPU time of a client process
+over 300 calls, best of 3; `benches/bench_server.py::test_remote_store_client_cpu`, two runs
+alternating with the previous client on a loaded 2-core machine): `RemoteStore`
+``vector_search`` 124-127 us (was 230-258: h11 on every answer, every field of every hit
+checked), ``count`` 32 us (was 87-89); `AsyncRemoteStore` 153-154 and 52 us (was 253-282
+and 110-111); httpx, at 20k rows: 705, 432 and 1,047 us. An ``https://`` URL, or one a proxy
+variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes through httpx,
+which does TLS and proxies.
 
 Failures and what to do about them:
 
@@ -226,9 +229,11 @@ def _read_answer(start: _Start, content: bytes) -> Generator[None, bytes, tuple[
     (``b""`` = the connection's end); returns it and whether the connection may be kept
     (a whole answer, keep-alive, nothing more sent).
 
-    The common answer (`_framing`) is read here: h11's state machine cost ~30 us of CPU per
-    call hot (~50-60 us in a client's loop, caches cold after each wait) for ~3 us here.
-    Any other answer, malformed ones included, is h11's to read or refuse, as before.
+    The common answer (`_framing`) is read here: a k=10 search answer with h11's state
+    machine (the request's events included) took 36.9 us of CPU, here 4.1 us (hot loop,
+    best of 5; ~100 us less per call in a client's loop together with the decoder's
+    plans, `benches/bench_server.py::test_remote_store_client_cpu`). Any other answer,
+    malformed ones included, is replayed read by read into h11, to read or refuse.
 
     Raises:
         httpx.RemoteProtocolError: A malformed answer, or the connection ended early.
