@@ -462,6 +462,11 @@ _ROW = {"id": "a", "namespace": "n", "content": "x"}
                      id="enum"),
         pytest.param({**_ROW, "access_count": []}, memini.Memory, "must be an integer",
                      id="int-not-array"),
+        pytest.param({**_ROW, "tier": "nope"}, memini.Memory,
+                     memini.Memory(id="a", namespace="n", content="x", tier="nope"),  # type: ignore[arg-type]
+                     id="unknown-enum-value-kept"),
+        pytest.param({**_ROW, "created_at": "yesterday"}, memini.Memory,
+                     r"result\.created_at must be an ISO 8601 datetime", id="bad-datetime"),
         pytest.param([{"memory": {}, "score": 1.0}], list[memini.Scored],
                      "lacks the required field 'id'", id="empty-memory"),
     ],
@@ -469,14 +474,15 @@ _ROW = {"id": "a", "namespace": "n", "content": "x"}
 def test_null_and_empty_fields_decode_as_their_decoders_say(
     value: Any, hint: Any, want: Any
 ) -> None:
-    """The decoder's shortcut for null and empty fields (no decoder call) gives what the
-    field's decoder gives, and refuses what it refuses."""
+    """The decoder's shortcuts (no decoder call for null and empty fields, an enum's or a
+    datetime's str converted without one) give what the field's decoder gives, and refuse
+    what it refuses."""
     if isinstance(want, str):
         with pytest.raises(memini.InvalidArgumentError, match=want):
             wire.decode(value, hint, "result")
     else:
         got = wire.decode(value, hint, "result")
-        assert got == want and type(got.tier) is memini.Tier
+        assert got == want and type(got.tier) is type(want.tier)
     vec = wire.decode([], np.ndarray[Any, np.dtype[np.float32]], "result")
     assert isinstance(vec, np.ndarray) and vec.dtype == np.float32 and vec.size == 0
 

@@ -586,6 +586,7 @@ def _enum_decoder(cls: type[enum.Enum]) -> _Dec:
             return members.get(v, v)
         return _plain_any(v, p)
 
+    _BY_STR[dec] = members.__getitem__
     return dec
 
 
@@ -627,7 +628,7 @@ def _dataclass_decoder(cls: type) -> _Dec:
             missing = next(k for k in required if k not in v)
             raise InvalidArgumentError(f"{p} lacks the required field {missing!r} of a {name}")
         todo = tuple(
-            (k, fields[k], kind in empty[k])
+            (k, fields[k], kind in empty[k], _BY_STR.get(fields[k]) if kind is str else None)
             for k, kind in zip(*shape, strict=True)
             if kind not in as_is[k]
         )
@@ -644,8 +645,14 @@ def _dataclass_decoder(cls: type) -> _Dec:
         shape = (tuple(v), tuple(map(type, v.values())))
         todo, whole = plans.get(shape) or plan(v, p, shape)
         out = dict(v)
-        for k, d, unless_empty in todo:
+        for k, d, unless_empty, by_str in todo:
             x = out[k]
+            if by_str is not None:
+                try:
+                    out[k] = by_str(x)
+                    continue
+                except (ValueError, KeyError):  # the decoder says what it makes of it
+                    pass
             if x or not unless_empty:
                 out[k] = d(x, f"{p}.{k}")
         if whole:
@@ -657,7 +664,7 @@ def _dataclass_decoder(cls: type) -> _Dec:
     return dec
 
 
-_Plan = tuple[tuple[tuple[str, _Dec, bool], ...], bool]
+_Plan = tuple[tuple[tuple[str, _Dec, bool, Callable[[str], Any] | None], ...], bool]
 _PLANS: Final = 256  # shapes kept per dataclass (more: forgotten, worked out again)
 _new: Final = object.__new__
 
@@ -688,6 +695,9 @@ _AS_IS: Final[dict[_Dec, frozenset[type]]] = {
 # `_int_value` (it refuses one), `_array_value` (an empty array) nor a dataclass's (its
 # required fields); each list decoder adds itself
 _EMPTY_AS_IS: Final[set[_Dec]] = {_plain_any, _dt, _vector}
+# what a decoder makes of a str when it raises nothing (ValueError, KeyError: the decoder's
+# own answer), called without a path: a memory's tier and datetimes (~0.15 us each)
+_BY_STR: Final[dict[_Dec, Callable[[str], Any]]] = {_dt: datetime.fromisoformat}
 
 
 def _as_is(dec: _Dec) -> frozenset[type]:
