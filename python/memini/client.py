@@ -16,9 +16,9 @@ state machine was ~33 us of a call's CPU hot, more in a client's loop). Client C
 against a live ``memini serve`` (5k rows, 384-d, k=10; process CPU time of a client process
 over 300 calls, best of 3; `benches/bench_server.py::test_remote_store_client_cpu`, two runs
 alternating with the previous client on a loaded 2-core machine): `RemoteStore`
-``vector_search`` 124-127 us (was 230-258: h11 on every answer, every field of every hit
-checked), ``count`` 32 us (was 87-89); `AsyncRemoteStore` 153-154 and 52 us (was 253-282
-and 110-111); httpx, at 20k rows: 705, 432 and 1,047 us. An ``https://`` URL, or one a proxy
+``vector_search`` 116-120 us (was 227-229: h11 on every answer, every field of every hit
+checked), ``count`` 31 us (was 86-90); `AsyncRemoteStore` 146-151 and 50-51 us (was 279-289
+and 111-170); httpx, at 20k rows: 705, 432 and 1,047 us. An ``https://`` URL, or one a proxy
 variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes through httpx,
 which does TLS and proxies.
 
