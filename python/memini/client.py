@@ -265,7 +265,8 @@ def _read_answer(start: _Start, content: bytes) -> Generator[None, bytes, tuple[
 def _h11_answer(
     start: _Start, content: bytes, received: list[bytes]
 ) -> Generator[None, bytes, tuple[_Reply, bool]]:
-    """`_read_answer` by h11, given the reads so far (``b""`` = the connection's end)."""
+    """`_read_answer` by h11, given the reads so far (``b""`` = the connection's end); h11's
+    protocol errors are raised as httpx's, as httpx's own clients raise them."""
     h = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
     h.send(start.event)
     h.send(h11.Data(data=content))
