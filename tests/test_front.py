@@ -420,6 +420,10 @@ def _b64(v: list[float]) -> str:
         ),
         (KEY_A, "vector_search_many", {"namespace": "org/a/sub", "vectors": [[1, 1, 1, 1]]}),
         (ADMIN, "recall", {"namespace": "org/a", "query": "héllo", "vector": [1, 0, 0, 0]}),
+        # no embedder: a text recall is keyword-only, in the front as in the app
+        (ADMIN, "recall", {"namespace": "org/a", "query": "héllo"}),
+        (KEY_A, "recall", {"namespace": ["org/a/sub", "org/a"], "query": "below xxx", "k": 2}),
+        (ADMIN, "recall", {"namespace": ["org/a", "org/b"], "query": "tenant", "rerank": None}),
         (
             KEY_A,
             "recall",
@@ -469,7 +473,6 @@ def test_other_routes_are_answered_by_the_front_as_the_app_answers_them(
         (ADMIN, "vector_search_many", {"namespace": "org/a", "vectors": [[1, 0, 0, 0], [1]]}, 422),
         (ADMIN, "vector_search_many", {"namespace": "org/a", "vectors": [1, 0, 0, 0]}, 400),
         (KEY_A, "recall", {"namespace": ["org/a", "org/b"], "vector": [1, 0, 0, 0]}, 403),
-        (ADMIN, "recall", {"namespace": "org/a", "query": "héllo"}, 200),  # no vector
         (ADMIN, "recall", {"namespace": [], "vector": [1, 0, 0, 0]}, 400),
         (ADMIN, "recall", {"namespace": "org/a", "vector": [1, 0, 0, 0], "alpha": 0.5}, 200),
         (ADMIN, "recall", {"namespace": "org/a", "vector": [1, 0, 0, 0], "linked": True}, 200),
@@ -578,6 +581,8 @@ def test_the_front_logs_the_rows_the_app_logs(searched: Server) -> None:
         (ADMIN, "keyword_search", {"namespace": "org/a", "query": "nothing matches"}),
         (KEY_A, "vector_search_many", {"namespace": "org/a", "vectors": [[1, 0, 0, 0]] * 2}),
         (KEY_A, "recall", {"namespace": ["org/a", "org/a"], "query": "x", "vector": [1, 1, 0, 0]}),
+        (KEY_A, "recall", {"namespace": ["org/a", "org/a/sub"], "query": "Héllo below"}),
+        (ADMIN, "recall", {"namespace": "empty/ns", "query": "nothing stored here"}),
     ]:
         raw = wire.dumps(body)
         recorder.flush()
@@ -890,6 +895,14 @@ def _memory(**fields: object) -> dict[str, object]:
             },
         ),
         (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 0], metadata=None)}),
+        # blank content without an embedding: keyword-only, with or without an embedder
+        (ADMIN, "upsert", {"memory": _memory(content=" \t\u3000\x1c")}),
+        (KEY_A, "upsert", {"memory": _memory(content="", embedding=None, tags=["t"])}),
+        (
+            ADMIN,
+            "upsert_many",
+            {"memories": [_memory(embedding=[1, 0, 0, 0]), _memory(content="\n", embedding=None)]},
+        ),
         (
             KEY_A,
             "upsert_many",
@@ -913,6 +926,14 @@ def test_writes_are_answered_by_the_front_as_the_app_answers_them(
     [
         (KEY_A, "upsert", {"memory": _memory(namespace="org/b", embedding=[1, 0, 0, 0])}, 403),
         (ADMIN, "upsert", {"memory": _memory()}, 200),  # no vector: the app's embedder rule
+        (ADMIN, "upsert", {"memory": _memory(embedding=None)}, 200),
+        (ADMIN, "upsert", {"memory": _memory(content="\u200b")}, 200),  # not blank to Python
+        (
+            ADMIN,
+            "upsert_many",
+            {"memories": [_memory(content=" "), _memory(content="x", embedding=None)]},
+            200,
+        ),
         (ADMIN, "upsert", {"memory": _memory(embedding=[])}, 200),  # keyword-only
         (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0])}, 422),
         (ADMIN, "upsert", {"memory": _memory(embedding=[1, 0, 0, 1e39])}, 400),
@@ -950,9 +971,11 @@ def test_writes_the_front_is_unsure_of_go_to_the_app(
     searched: Server, secret: str, method: str, body: dict[str, object], status: int
 ) -> None:
     """Anything but a memory the front reads exactly (another tenant's namespace, no
-    vector, a float in the metadata, a timestamp, a bad field) is written or refused by
-    the app, as before; nothing is written by the front."""
-    if status == 200 and method == "upsert" and body["memory"].get("id") == "x":  # type: ignore[attr-defined]
+    vector for content that is not blank with no embedder of the core's, a float in the
+    metadata, a timestamp, a bad field) is written or refused by the app, as before;
+    nothing is written by the front."""
+    memories = [body["memory"]] if method == "upsert" else body["memories"]
+    if status == 200 and memories and all(m.get("id") == "x" for m in memories):  # type: ignore[attr-defined]
         _assert_written_as_the_app_writes(searched, secret, method, body, False)
         return
     r, native = _native(searched, secret, method, wire.dumps(body))
@@ -1275,3 +1298,45 @@ def test_fuzz_front_updates_as_the_app(
         fields = {**fields, spoil[0]: spoil[1]}
     answered = _assert_updated_as_the_app_updates(searched, secret, fields, None)
     event(f"answered by the front: {answered}")
+
+
+def test_a_store_recording_a_model_it_cannot_load_is_keyword_only_in_the_front(
+    tmp_path: Path,
+) -> None:
+    """A store that recorded an embed model and is opened without an embedder (the model's
+    weights are not the built-in ones): the front answers its text recalls keyword-only, as
+    the app does, and writes blank contents keyword-only; a memory to embed is the app's,
+    which refuses it naming the fix, and nothing is stored."""
+    path = tmp_path / "s"
+    with memini.Store.open(path, dims=4) as store:
+        store.set_embed_model("someone/else-4d")
+        store.upsert_many(_ROWS)
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, front=True)
+    server = Server.open(path, options=opts)
+    assert server.service.store._embedder is None
+    server.start()
+    try:
+        for body in [
+            {"namespace": "org/a", "query": "héllo"},
+            {"namespace": ["org/a", "org/a/sub"], "query": "below", "rerank": None},
+        ]:
+            raw = wire.dumps(body)
+            r, native = _native(server, ADMIN, "recall", raw)
+            assert native and r.status_code == 200 and r.json()
+            _assert_same_answer(
+                "recall", body, r.content, _app_answer(server, ADMIN, "recall", raw)
+            )
+        blank = {"memory": _memory(id="b", content=" ")}
+        _assert_written_as_the_app_writes(server, ADMIN, "upsert", blank, True)
+        before = server.service.store.count("org/a/w")
+        for body in [
+            {"memory": _memory(id="t")},
+            {"memories": [_memory(id="u", content=" "), _memory(id="t", embedding=None)]},
+        ]:
+            method = "upsert" if "memory" in body else "upsert_many"
+            r, native = _native(server, ADMIN, method, wire.dumps(body))
+            assert not native and r.status_code == 400
+            assert "embedder=" in r.json()["error"]["message"]
+        assert server.service.store.count("org/a/w") == before
+    finally:
+        server.stop()

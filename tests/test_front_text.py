@@ -1,7 +1,9 @@
-"""Text recall answered by the HTTP front (issues 34 and 36): with the core's `LocalEmbedder`
-the front embeds the query itself, through the store's own embedder (its batching queue and
-cache), without the GIL, and answers and logs exactly as the app does; with any other
-embedder, or none, a text recall is the app's. Every test talks HTTP to a real server."""
+"""Text answered by the HTTP front (issues 34 and 36): with the core's `LocalEmbedder` the
+front embeds a recall's query and the contents of memories written without an embedding
+itself, through the store's own embedder (its batching queue and cache), without the GIL,
+and answers, stores and logs exactly as the app does; with any other embedder, text is the
+app's (without one, `test_front` has the keyword-only recalls). Every test talks HTTP to a
+real server."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from embed_helpers import needs_weights
-from memini import APIKey, EventFilter, Memory, hash_api_key
+from memini import APIKey, EventFilter, Memory, Store, hash_api_key
 from memini import _wire as wire
 from memini.embed import LocalEmbedder, Vectors
 from memini.server import Server, ServerOptions
@@ -23,6 +27,8 @@ from test_front import (
     _app_answer,
     _assert_same_answer,
     _assert_same_rows,
+    _assert_written_as_the_app_writes,
+    _memory,
     _native,
     _rows,
 )
@@ -215,10 +221,10 @@ def test_only_a_recall_that_embeds_leaves_the_fronts_workers(tmp_path: Path) -> 
         server.stop()
 
 
-def test_text_recall_with_another_embedder_goes_to_the_app(tmp_path: Path) -> None:
-    """A store whose embedder is Python's (not the core's model): its text recalls are the
-    app's (the embedder is called once per recall); a blank query needs no embedder and is
-    answered by the front."""
+def test_text_with_another_embedder_goes_to_the_app(tmp_path: Path) -> None:
+    """A store whose embedder is Python's (not the core's model): its text recalls and its
+    memories to embed are the app's (the embedder is called once per call); a blank query
+    or content needs no embedder and is answered by the front."""
     embedder = _PythonEmbedder()
     server = _open(tmp_path / "s", embedder)
     try:
@@ -236,6 +242,16 @@ def test_text_recall_with_another_embedder_goes_to_the_app(tmp_path: Path) -> No
             server, ADMIN, "recall", wire.dumps({"namespace": "org/a", "vector": v})
         )
         assert native and r.json()[0]["memory"]["id"] == "p2"
+        # a memory to embed is the app's too (one embed call); a blank one is the front's
+        calls = embedder.calls
+        r, native = _native(server, ADMIN, "upsert", wire.dumps({"memory": _memory()}))
+        assert not native and r.status_code == 200
+        assert embedder.calls == calls + 1
+        assert server.service.store.get_embedding("org/a/w", "x") is not None
+        blank = {"memory": _memory(id="y", content=" ")}
+        r, native = _native(server, ADMIN, "upsert", wire.dumps(blank))
+        assert native and r.status_code == 200 and embedder.calls == calls + 1
+        assert server.service.store.get_embedding("org/a/w", "y") is None
     finally:
         server.stop()
 
@@ -257,5 +273,94 @@ def test_weights_that_do_not_load_leave_text_recall_to_the_app(tmp_path: Path) -
         body = {"namespace": "org/a", "vector": [1.0] + [0.0] * 383}
         r, native = _native(server, ADMIN, "recall", wire.dumps(body))
         assert native and r.status_code == 200 and len(r.json()) == 1
+    finally:
+        server.stop()
+
+
+def _b64(text: str) -> str:
+    return wire.vector_to_base64(np.asarray(LocalEmbedder().embed([text])[0], np.float32))
+
+
+@pytest.mark.parametrize(
+    ("secret", "method", "body"),
+    [
+        (ADMIN, "upsert", {"memory": _memory()}),
+        (KEY_A, "upsert", {"memory": _memory(content="Ünïcödé plots 📈", embedding=None)}),
+        (ADMIN, "upsert", {"memory": _memory(content="x" * 5000, tags=["long"])}),
+        (ADMIN, "upsert", {"memory": _memory(content=" \t\u3000")}),  # blank: keyword-only
+        (
+            KEY_A,
+            "upsert_many",
+            {
+                "memories": [
+                    _memory(content="A fast JSON parser"),
+                    _memory(content="given", embedding=_b64("given")),
+                    _memory(content="\n"),
+                    _memory(namespace="org/a", content="async HTTP client", embedding=None),
+                    _memory(namespace="org/a", content="A fast JSON parser"),
+                ]
+            },
+        ),
+    ],
+)
+def test_writes_without_an_embedding_are_embedded_by_the_front_as_the_app_embeds_them(
+    texted: Server, secret: str, method: str, body: dict[str, object]
+) -> None:
+    """The front embeds the memories' contents itself with the store's `LocalEmbedder` (one
+    batch per call): the same answer, the same stored rows (vectors bit for bit) and the same
+    event rows as the app's."""
+    _assert_written_as_the_app_writes(texted, secret, method, body, True)
+
+
+_CONTENT = st.text(st.sampled_from(" \t\n\x1c\x1f\x85\xa0\u2028\u3000\u200bab é"), max_size=6)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    memories=st.lists(
+        st.tuples(_CONTENT, st.sampled_from(["absent", "null", "given"])), min_size=1, max_size=4
+    )
+)
+def test_fuzz_the_front_embeds_the_rows_the_app_embeds(
+    texted: Server, memories: list[tuple[str, str]]
+) -> None:
+    """Which memories get a vector from the store's embedder, and which stay keyword-only
+    (blank content: exactly what Python's ``str.strip`` empties), is the same rule in the
+    front (`writes::to_embed`) and in `Store._embed_rows`: the rows each stores are equal."""
+    given_vector = _b64("given")
+    ms = []
+    for content, embedding in memories:
+        m = _memory(content=content)
+        if embedding != "absent":
+            m["embedding"] = None if embedding == "null" else given_vector
+        ms.append(m)
+    _assert_written_as_the_app_writes(texted, ADMIN, "upsert_many", {"memories": ms}, True)
+
+
+def test_a_store_opened_without_an_embedder_embeds_with_its_recorded_model(
+    tmp_path: Path,
+) -> None:
+    """A store that recorded the built-in model and is opened without an embedder gets the
+    local one (`Store.open`): the front then embeds its text recalls and its memories, as
+    the app does."""
+    path = tmp_path / "s"
+    with Store.open(path, embedder=LocalEmbedder()) as store:
+        store.upsert_many([Memory(id=i, namespace=ns, content=c) for i, ns, c in _TEXTS])
+    opts = ServerOptions(port=0, admin_key=ADMIN, mcp=False, front=True)
+    server = Server.open(path, options=opts)
+    embedder = server.service.store._embedder
+    assert isinstance(embedder, LocalEmbedder)
+    server.start()
+    try:
+        body = {"namespace": "org/a", "query": "a library to draw graphs", "rerank": None}
+        raw = wire.dumps(body)
+        cached = embedder.cached
+        r, native = _native(server, ADMIN, "recall", raw)
+        assert native and embedder.cached == cached + 1  # embedded, not keyword-only
+        assert r.json()[0]["memory"]["id"] == "p2"
+        assert r.content == _app_answer(server, ADMIN, "recall", raw)
+        _assert_written_as_the_app_writes(server, ADMIN, "upsert", {"memory": _memory()}, True)
     finally:
         server.stop()

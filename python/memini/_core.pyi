@@ -343,6 +343,7 @@ class Front:
         max_connections: int,
         engine: Engine | None,
         embedder: LocalModel | None,
+        unembedded: bool,
         event_rows: int,
         callers: tuple[str, str],
     ) -> None: ...

@@ -682,7 +682,9 @@ class Store:
 
     def _embed_rows(self, rows: builtins.list[dict[str, Any]], given: Sequence[bool]) -> None:
         """With an embedder, fill ``embedding`` of the rows that have none from their content
-        (blank content stays keyword-only), in one ``embed`` call.
+        (blank content stays keyword-only), in one ``embed`` call. The served front applies
+        the same rule to the memories it embeds itself (``to_embed`` in rust/serve/writes.rs;
+        ``test_fuzz_the_front_embeds_the_rows_the_app_embeds`` checks that they agree).
 
         Without one, a store that recorded an embed model before this open refuses a row
         whose text would be stored with no vector unasked (``given[i]``: row i's embedding
@@ -713,7 +715,9 @@ class Store:
             r["embedding"] = v
 
     def _embed_query(self, text: str) -> npt.NDArray[np.float32] | None:
-        """The embedder's vector of a query, None without an embedder or for a blank query."""
+        """The embedder's vector of a query, None without an embedder or for a blank query
+        (the served front recalls keyword-only as this does, told at start whether the store
+        has an embedder: `memini.server.Server`)."""
         if self._embedder is None or not text.strip():
             return None
         vectors = check_vectors(self._embedder.embed([text]), 1, self._embedder)

@@ -11,7 +11,7 @@ use super::embed::PyLocalModel;
 use super::engine::PyEngine;
 use crate::serve::auth::{Key, Keys};
 use crate::serve::events::{self, Fold, Rows, Write};
-use crate::serve::{Front, Limits};
+use crate::serve::{Embedder, Front, Limits};
 use crate::types::{Micros, Tier};
 
 /// A key as Python pushes it: (hash, name, home_ns, default_ns, disabled).
@@ -54,7 +54,9 @@ impl PyFront {
         self.front.local_addr().port()
     }
 
-    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, embedder, event_rows, callers))]
+    /// Serve (`crate::serve::Front::serve`): text with `embedder` (the store's core model),
+    /// or keyword-only when `unembedded` (the store has no embedder), else by the app.
+    #[pyo3(signature = (app, token, max_body, body_timeout, header_timeout, max_connections, engine, embedder, unembedded, event_rows, callers))]
     #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     fn serve(
         &self,
@@ -66,6 +68,7 @@ impl PyFront {
         max_connections: usize,
         engine: Option<PyRef<'_, PyEngine>>,
         embedder: Option<PyRef<'_, PyLocalModel>>,
+        unembedded: bool,
         event_rows: usize,
         callers: (String, String),
     ) {
@@ -76,7 +79,11 @@ impl PyFront {
             max_connections,
         };
         let engine = engine.map(|e| e.shared());
-        let embedder = embedder.map(|e| e.shared());
+        let embedder = match embedder {
+            _ if unembedded => Embedder::Unembedded,
+            Some(model) => Embedder::Local(model.shared()),
+            None => Embedder::App,
+        };
         self.front
             .serve(app, token, limits, engine, embedder, event_rows, callers);
     }

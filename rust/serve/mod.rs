@@ -41,10 +41,10 @@ use serde::Serialize;
 use tokio::net::{TcpListener, TcpSocket, UnixStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::embed::Batcher;
 use crate::Engine;
 use auth::{Decision, Keys};
 use events::{Events, Rows, Write};
+pub use native::Embedder;
 pub use writes::Upserted;
 use writes::Written;
 
@@ -72,8 +72,8 @@ struct Shared {
     limits: Limits,
     /// The store's engine, for the routes answered here (None: every route forwarded).
     engine: Option<Arc<Engine>>,
-    /// The store's embedder when it is the core's, for text recalls (None: forwarded).
-    embedder: Option<Arc<Batcher>>,
+    /// What the store embeds text with (text recalls, memories without an embedding).
+    embedder: Embedder,
     native: Arc<Native>,
     observed: Arc<Observed>,
     /// Where the calls answered here queue their event rows (None: no event log).
@@ -228,8 +228,9 @@ impl Front {
     /// Start serving: auth from the keys of `set_keys` (none before), the hot routes
     /// answered from `engine` (when given; their event rows queued for `take_events`, up
     /// to `event_rows` rows, none when 0; `callers`: the names its rows give the admin and
-    /// open access) and text recalls with the store's `embedder` (when it is the core's),
-    /// everything else forwarded to the app listening on the Unix socket `app` with `token`.
+    /// open access), text (recalls, memories without an embedding) as the store's
+    /// `embedder` has it done, everything else forwarded to the app listening on the Unix
+    /// socket `app` with `token`.
     /// Once only (later calls do nothing).
     #[allow(clippy::too_many_arguments, reason = "the server's options, by name")]
     pub fn serve(
@@ -238,7 +239,7 @@ impl Front {
         token: &str,
         limits: Limits,
         engine: Option<Arc<Engine>>,
-        embedder: Option<Arc<Batcher>>,
+        embedder: Embedder,
         event_rows: usize,
         callers: (String, String),
     ) {
@@ -569,7 +570,7 @@ fn answer_here(
         keys,
         decision,
         events: shared.events.as_deref(),
-        embedder: shared.embedder.as_deref(),
+        embedder: &shared.embedder,
         written: &shared.written,
         may_wait,
     };

@@ -10,6 +10,7 @@
 //! would record them: the call is the app's in everything but the GIL.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
@@ -46,6 +47,17 @@ pub const ROUTES: [&str; 11] = [
 /// commit waits for the disk).
 pub const WRITES: [&str; 4] = ["upsert", "upsert_many", "delete", "update"];
 
+/// What the store embeds text with, as the owning process decided it at start.
+pub enum Embedder {
+    /// None: a text recall is keyword-only (`memini.Store._embed_query`) and answered
+    /// here; a memory to embed is the app's (it stores it keyword-only, or refuses it).
+    Unembedded,
+    /// The core's `LocalEmbedder` (its batching queue and cache): text is embedded here.
+    Local(Arc<Batcher>),
+    /// Another embedder (Python's, or local weights that did not load): text is the app's.
+    App,
+}
+
 /// What a route answered here needs of the front.
 pub struct Call<'a> {
     pub engine: &'a Engine,
@@ -53,10 +65,10 @@ pub struct Call<'a> {
     pub decision: &'a Decision,
     /// Where its event rows go (None: the server logs no events).
     pub events: Option<&'a Events>,
-    /// The store's embedder when it is the core's (None: a text recall is forwarded).
-    pub embedder: Option<&'a Batcher>,
+    /// What the store embeds text with.
+    pub embedder: &'a Embedder,
     /// Whether the call may wait here (for the embedder): false on the runtime's threads,
-    /// where a recall that embeds its query answers [`Waits`] instead.
+    /// where a recall that embeds its query answers [`Waits`] instead (writes always may).
     pub may_wait: bool,
     /// Where a write's store metrics go.
     pub written: &'a Written,
@@ -445,12 +457,12 @@ struct RecallArgs {
 }
 
 /// `POST /v1/recall` with no filter, the default fusion and pool, neither `linked` nor
-/// `reinforce`, and a vector, a blank query (no vector then: `Store._embed_query`) or a query
-/// the server's local embedder embeds here (blocking: its queue batches it with the other
+/// `reinforce`, and a vector, a blank query (no vector then: `Store._embed_query`), a query
+/// of a store without an embedder (keyword-only, as the app recalls it) or a query the
+/// server's local embedder embeds here (blocking: its queue batches it with the other
 /// callers'): the answer's JSON (its event rows queued, with the query), or None to forward
-/// (the query of a store with another embedder, or none, included); [`Waits`] for a query
-/// to embed when the call may not wait (nothing done: it is to be answered again where it
-/// may).
+/// (the query of a store with another embedder included); [`Waits`] for a query to embed
+/// when the call may not wait (nothing done: it is to be answered again where it may).
 pub fn recall(call: &Call<'_>, body: &[u8]) -> Result<Option<Vec<u8>>, Waits> {
     recall_answer(call, body).transpose()
 }
@@ -500,17 +512,16 @@ fn recall_answer(call: &Call<'_>, body: &[u8]) -> Option<Result<Vec<u8>, Waits>>
     let vector = match args.vector {
         Some(v) => Some(v.0),
         None if blank(&args.query) => None,
-        None => {
-            let embedder = call.embedder?;
-            if !call.may_wait {
-                return Some(Err(Waits));
-            }
-            Some(
+        None => match call.embedder {
+            Embedder::Unembedded => None,
+            Embedder::App => return None,
+            Embedder::Local(_) if !call.may_wait => return Some(Err(Waits)),
+            Embedder::Local(embedder) => Some(
                 embedder
                     .embed(std::slice::from_ref(&args.query), &uninterrupted())
                     .ok()?,
-            )
-        }
+            ),
+        },
     };
     let k = usize::try_from(args.k).ok()?;
     let pool = usize::try_from((5 * args.k).max(MIN_POOL)).ok()?;
@@ -553,7 +564,7 @@ fn recall_answer(call: &Call<'_>, body: &[u8]) -> Option<Result<Vec<u8>, Waits>>
 
 /// Whether Python's `str.strip` leaves nothing of `text` (its whitespace is Unicode's
 /// White_Space and the four information separators).
-fn blank(text: &str) -> bool {
+pub(super) fn blank(text: &str) -> bool {
     text.chars()
         .all(|c| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }

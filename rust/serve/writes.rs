@@ -10,9 +10,13 @@
 //! a non-negative integer `access_count`, `superseded_by` other than the id, metadata of
 //! strings, integers, booleans and nulls (no float: Python writes its own digits, and
 //! serde_json reads an integer beyond 64 bits as one), and no timestamp (null: the store
-//! stamps them). Anything else (a memory without an embedding, which may need the
-//! server's embedder, a timestamp, a marker, an engine error) returns None: the app
-//! answers it exactly as before, errors included, and nothing was written here.
+//! stamps them). A memory without an `embedding` (absent or null) is written here when its
+//! content is blank (keyword-only, as the app stores it) or when the store's embedder is
+//! the core's: the call's contents to embed ([`to_embed`]) in one call of its batching
+//! queue, as `memini.Store._embed_rows` makes it. Anything else (such a memory with
+//! another embedder or none, which the app embeds, stores keyword-only or refuses; a
+//! timestamp, a marker, an engine error) returns None: the app answers it exactly as
+//! before, errors included, and nothing was written here.
 //!
 //! A write answered here queues its event rows (`events::Write`) and its store metrics
 //! (`Written`), which the owning process reports as `memini.Store` would have.
@@ -27,8 +31,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::events;
-use super::native::{caller, may_read, Call, Vector};
+use super::native::{blank, caller, may_read, Call, Embedder, Vector};
 use super::wire;
+use crate::error::uninterrupted;
 use crate::types::{Level, Memory, MemoryPatch, NewMemory, Tier, Unstamped};
 
 /// Store metrics of the writes answered here, for the owning process to report
@@ -152,7 +157,16 @@ struct MemoryArgs {
     confidence: Option<Real>,
     #[serde(default)]
     linked_memory_ids: Vec<String>,
-    embedding: Vector,
+    #[serde(default)]
+    embedding: Option<Vector>,
+}
+
+/// Whether a memory's content is to be embedded by the store's embedder: it came without
+/// an embedding (absent or null) and its content is not blank. The rule of
+/// `memini.Store._embed_rows` (`test_front_text.py::test_fuzz_the_front_embeds_the_rows_the_app_embeds`
+/// checks that they agree).
+fn to_embed(memory: &NewMemory) -> bool {
+    memory.embedding.is_none() && !blank(&memory.memory.content)
 }
 
 /// A memory to write and what its metrics and event row say of it, or None to forward.
@@ -164,8 +178,10 @@ fn new_memory(call: &Call<'_>, args: MemoryArgs, dims: usize) -> Option<(NewMemo
         || !may_read(call, &args.namespace)
         || args.superseded_by.as_deref() == Some(args.id.as_str())
         || confidence.is_some_and(|c| !(0.0..=1.0).contains(&c))
-        || args.embedding.0.is_empty()
-        || args.embedding.0.len() != dims
+        || args
+            .embedding
+            .as_ref()
+            .is_some_and(|v| v.0.is_empty() || v.0.len() != dims)
     {
         return None;
     }
@@ -198,20 +214,47 @@ fn new_memory(call: &Call<'_>, args: MemoryArgs, dims: usize) -> Option<(NewMemo
     let new = NewMemory {
         memory,
         unstamped,
-        embedding: Some(args.embedding.0),
+        embedding: args.embedding.map(|v| v.0),
     };
     Some((new, ("", tier.as_str(), memory_type)))
 }
 
-/// Write `memories` (checked already) in one durable commit, their metrics counted and
-/// their event rows queued; None (nothing written) on an engine error.
+/// The vectors of the memories [`to_embed`], made in one call of the store's embedder when
+/// it is the core's; None (to forward) when any is to embed otherwise, or on its error.
+fn embedded(call: &Call<'_>, rows: &mut [NewMemory]) -> Option<()> {
+    let todo: Vec<usize> = (0..rows.len()).filter(|&i| to_embed(&rows[i])).collect();
+    if todo.is_empty() {
+        return Some(());
+    }
+    let Embedder::Local(embedder) = call.embedder else {
+        return None;
+    };
+    let texts: Vec<String> = todo
+        .iter()
+        .map(|&i| rows[i].memory.content.clone())
+        .collect();
+    let vectors = embedder.embed(&texts, &uninterrupted()).ok()?;
+    let dims = embedder.model().dims();
+    if dims == 0 || vectors.len() != todo.len() * dims {
+        return None;
+    }
+    for (&i, v) in todo.iter().zip(vectors.chunks_exact(dims)) {
+        rows[i].embedding = Some(v.to_vec());
+    }
+    Some(())
+}
+
+/// Write `memories` (checked already) in one durable commit, their contents to embed
+/// embedded first, their metrics counted and their event rows queued; None (nothing
+/// written) to forward: a content to embed the front may not, an engine error.
 fn write(
     call: &Call<'_>,
     method: &'static str,
     who: String,
     memories: Vec<(NewMemory, Upserted)>,
 ) -> Option<()> {
-    let (rows, mut metrics): (Vec<NewMemory>, Vec<Upserted>) = memories.into_iter().unzip();
+    let (mut rows, mut metrics): (Vec<NewMemory>, Vec<Upserted>) = memories.into_iter().unzip();
+    embedded(call, &mut rows)?;
     let touched: Vec<events::Touched> = rows
         .iter()
         .map(|r| {

@@ -132,9 +132,10 @@ class _Uvicorn(uvicorn.Server):
 
 def _local_model(embedder: object) -> LocalModel | None:
     """The core's model behind the store's ``embedder`` when it is a `LocalEmbedder`, loaded
-    now, for the front's text recalls (they share its batches and cache with every other
-    caller); None for any other embedder, or none, and for weights that do not load: text
-    recalls are then the app's (which names that error on each)."""
+    now, for the front's text recalls and memories to embed (they share its batches and
+    cache with every other caller); None for any other embedder, or none, and for weights
+    that do not load: text is then the app's (which names that error on each), but for a
+    store without an embedder, whose text recalls the front answers keyword-only."""
     if type(embedder) is not LocalEmbedder:
         return None
     try:
@@ -301,14 +302,17 @@ class Server:
         sock.listen(2048)
         token = secrets.token_urlsafe(32)
         self.service.gate.attach(front, token.encode())
-        engine = self.service.store._engine
+        store = self.service.store
+        engine = store._engine
         recorder = self.service.recorder
         if recorder is not None:
             recorder.attach(front)
+        # the store's own decision, made at open: without an embedder its text recalls are
+        # keyword-only (`Store._embed_query`), and the front answers them so
         front.serve(
             path, token, opts.max_body, opts.body_timeout, opts.header_timeout,
             opts.max_connections, engine if isinstance(engine, Engine) else None,
-            _local_model(self.service.store._embedder),
+            _local_model(store._embedder), store._embedder is None,
             opts.event_queue if recorder is not None else 0, (ADMIN.name, OPEN.name),
         )  # fmt: skip
         self.service.front = front
