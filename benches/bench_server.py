@@ -16,6 +16,9 @@
   processes each sending its own held-out texts once, front against ``--no-front``: req/s,
   server CPU and GIL per request (``MEMINI_BENCH_ROWS`` sets the store's size: 20000 for
   issue 36's measurement).
+* durable single upserts of text without an embedding with ``--embedder local`` (the server
+  embeds each content), 4 client processes each sending its own texts once, front against
+  ``--no-front``: req/s, server CPU and GIL per request.
 * ``vector_search`` and ``recall`` (with a vector) k=10 driven by ``wrk`` (one thread, 4
   connections; skipped when ``wrk`` is not installed: ``apt-get install wrk``), query vectors
   as base64 and as JSON arrays: the server's CPU per request against the same call in
@@ -632,37 +635,33 @@ def _text_recall_cpu(path: Path, texts: list[str]) -> float:
         return (time.process_time() - c0) / len(texts)
 
 
-def test_served_text_recall_front_vs_uvicorn(
-    benchmark: Any,
-    text_store: Path,
-    data: D.Dataset,
-    tmp_path: Path,
-    pytestconfig: pytest.Config,
-) -> None:
-    """Text ``recall`` k=10 (the server embeds the query: ``--embedder local``), 4 client
-    processes, each text sent once: the same store served by uvicorn (``--no-front``) and by
-    the front, a fresh server per run (an empty vector cache) and two alternating runs each;
-    req/s, p50, the server's CPU per request (psutil, every thread, after a warm-up call
-    loaded the model) beside the in-process text recall's, and the GIL held per request
-    (py-spy ``--gil`` over a third run of each; skipped without py-spy)."""
+TEXT_SERVERS = {"uvicorn": ("--no-front",), "front": ()}
+
+
+def _served_text(
+    path: Path, route: str, bodies: list[list[str]], seconds: float, tmp: Path
+) -> dict[str, Any]:
+    """``bodies`` (each client its own) posted to ``/v1/<route>`` by `TEXT_CLIENTS` client
+    processes, the store at ``path`` served with ``--embedder local`` by uvicorn
+    (``--no-front``) and by the front, a fresh server per run (an empty vector cache), two
+    alternating runs each: req/s, p50, the server's CPU per request (psutil, every thread,
+    after a warm-up text recall loaded the model) by ``<server>_run<i>``, and the GIL held
+    per request (py-spy ``--gil`` over a third run of each; skipped without py-spy) by
+    ``<server>_gil_us_per_request``."""
     import httpx
 
-    seconds = _seconds(pytestconfig)
-    bodies = _text_bodies(data)
-    in_cpu_us = 1e6 * _text_recall_cpu(text_store, data.query_texts[-100:])
     out: dict[str, Any] = {}
-    flags = {"uvicorn": ("--no-front",), "front": ()}
 
     def measure(name: str, gil: bool) -> None:
-        url, proc = _serve(text_store, "--embedder", "local", *flags[name])
+        url, proc = _serve(path, "--embedder", "local", *TEXT_SERVERS[name])
         try:
             warm = {"namespace": NS, "query": "warm up the served model", "k": 10}
             assert httpx.post(f"{url}/v1/recall", json=warm, timeout=60).status_code == 200
-            trace = tmp_path / f"text-gil-{name}.txt"
+            trace = tmp / f"text-gil-{route}-{name}.txt"
             spy = _gil_seconds(proc.pid, seconds + 1.5 + 0.4 * 4, trace) if gil else None
             server = psutil.Process(proc.pid)
             cpu0 = sum(server.cpu_times()[:2])
-            r = _load(url, "/v1/recall", bodies, TEXT_CLIENTS, seconds, tmp_path)
+            r = _load(url, f"/v1/{route}", bodies, TEXT_CLIENTS, seconds, tmp, route == "upsert")
             cpu = sum(server.cpu_times()[:2]) - cpu0
         finally:
             _stop(proc)
@@ -674,19 +673,21 @@ def test_served_text_recall_front_vs_uvicorn(
         if held is not None:  # py-spy's window also covers the clients' start (idle)
             out[f"{name}_gil_us_per_request"] = 1e6 * held / max(r["requests"], 1)
 
-    def run() -> None:
-        for _ in (1, 2):
-            for name in flags:
-                measure(name, gil=False)
-        for name in flags if _py_spy() else ():
-            measure(name, gil=True)
+    for _ in (1, 2):
+        for name in TEXT_SERVERS:
+            measure(name, gil=False)
+    for name in TEXT_SERVERS if _py_spy() else ():
+        measure(name, gil=True)
+    return out
 
-    benchmark.group = "server: text recall k=10 (server embeds), front vs uvicorn"
-    benchmark.pedantic(run, rounds=1, iterations=1)
+
+def _served_text_info(out: dict[str, Any], what: str, in_cpu_us: float) -> dict[str, Any]:
+    """`_served_text`'s measures as ``extra_info``: beside the same call's CPU in process
+    (``in_process_cpu_us_per_<what>``), the front's req/s over uvicorn's (best runs), and
+    per server an extrapolation to 16 cores."""
     info: dict[str, Any] = {
-        "rows": data.n,
         "machine": f"{os.cpu_count()} cores, shared with the clients and other work (loaded)",
-        "in_process_cpu_us_per_text_recall": round(in_cpu_us, 1),
+        f"in_process_cpu_us_per_{what}": round(in_cpu_us, 1),
     }
     for key, r in out.items():
         if isinstance(r, dict):
@@ -697,9 +698,9 @@ def test_served_text_recall_front_vs_uvicorn(
             info[f"{key}_cpu_vs_in_process"] = round(r["server_cpu_us_per_request"] / in_cpu_us, 2)
         else:
             info[key] = round(r, 1)
-    best = {n: max(out[f"{n}_run{i}"]["rps"] for i in (1, 2)) for n in flags}
+    best = {n: max(out[f"{n}_run{i}"]["rps"] for i in (1, 2)) for n in TEXT_SERVERS}
     info["front_over_uvicorn_rps"] = round(best["front"] / best["uvicorn"], 2)
-    for n in flags:
+    for n in TEXT_SERVERS:
         # An extrapolation, not a measurement: one server process on 16 cores, clients
         # elsewhere, bound by the cores (16 / CPU per request) and by the GIL (1 / its time
         # per request, where py-spy measured it)
@@ -707,10 +708,86 @@ def test_served_text_recall_front_vs_uvicorn(
         gil_us = out.get(f"{n}_gil_us_per_request")
         bounds = [16e6 / cpu_us] + ([1e6 / gil_us] if gil_us else [])
         info[f"{n}_extrapolated_16_core_rps_one_process"] = round(min(bounds))
+    return info
+
+
+def test_served_text_recall_front_vs_uvicorn(
+    benchmark: Any,
+    text_store: Path,
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Text ``recall`` k=10 (the server embeds the query: ``--embedder local``), 4 client
+    processes, each text sent once, front against uvicorn (`_served_text`), beside the
+    in-process text recall's CPU."""
+    seconds = _seconds(pytestconfig)
+    bodies = _text_bodies(data)
+    in_cpu_us = 1e6 * _text_recall_cpu(text_store, data.query_texts[-100:])
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        out.update(_served_text(text_store, "recall", bodies, seconds, tmp_path))
+
+    benchmark.group = "server: text recall k=10 (server embeds), front vs uvicorn"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info = {"rows": data.n, **_served_text_info(out, "text_recall", in_cpu_us)}
     info["issue_36_start_rps"] = 102  # served text recall at the start of round 3
     info["goal_rps"] = 4 * 102
     benchmark.extra_info.update(info)
     print("\ntext recall, front vs uvicorn:", json.dumps(info, indent=1))
+
+
+def _text_upsert_bodies(data: D.Dataset) -> list[list[str]]:
+    """Single-row upserts of the dataset's texts without an embedding (the server embeds
+    the content), each a new id (``@ID@``), each client its own quarter of up to 4,000
+    texts, so that no text repeats while a client has not used its share (the embedder's
+    cache would answer a repeat)."""
+    texts = list(dict.fromkeys(data.texts))[:4000]
+    bodies = [
+        json.dumps({"memory": {"id": "@ID@", "namespace": "bench-text-writes", "content": t}})
+        for t in texts
+    ]
+    return [bodies[c::TEXT_CLIENTS] for c in range(TEXT_CLIENTS)]
+
+
+def _text_upsert_cpu(path: Path, texts: list[str]) -> float:
+    """CPU seconds (every thread of this process) per durable upsert of one text without
+    an embedding in process (the store embeds it; a fresh `LocalEmbedder`)."""
+    import memini
+    from memini.embed import LocalEmbedder
+
+    with memini.Store.open(path, embedder=LocalEmbedder()) as s:
+        s.recall(NS, "warm up the model", k=10)
+        c0 = time.process_time()
+        for i, t in enumerate(texts):
+            s.upsert(memini.Memory(id=f"in-process-{i}", namespace="bench-text-writes", content=t))
+        return (time.process_time() - c0) / len(texts)
+
+
+def test_served_text_upserts_front_vs_uvicorn(
+    benchmark: Any,
+    text_store: Path,
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Durable single upserts of text without an embedding (the server embeds the content:
+    ``--embedder local``), 4 client processes, each text sent once, front against uvicorn
+    (`_served_text`), beside the in-process upsert's CPU (embedding included)."""
+    seconds = _seconds(pytestconfig)
+    bodies = _text_upsert_bodies(data)
+    in_cpu_us = 1e6 * _text_upsert_cpu(text_store, data.query_texts[-100:])
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        out.update(_served_text(text_store, "upsert", bodies, seconds, tmp_path))
+
+    benchmark.group = "server: durable text upserts (server embeds), front vs uvicorn"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info = {"rows": data.n, **_served_text_info(out, "text_upsert", in_cpu_us)}
+    benchmark.extra_info.update(info)
+    print("\ntext upserts, front vs uvicorn:", json.dumps(info, indent=1))
 
 
 def _upsert_bodies(data: D.Dataset) -> list[str]:
