@@ -16,10 +16,17 @@
   processes each sending its own held-out texts once, front against ``--no-front``: req/s,
   server CPU and GIL per request (``MEMINI_BENCH_ROWS`` sets the store's size: 20000 for
   issue 36's measurement).
+* ``vector_search`` and ``recall`` (with a vector) k=10 driven by ``wrk`` (one thread, 4
+  connections; skipped when ``wrk`` is not installed: ``apt-get install wrk``), query vectors
+  as base64 and as JSON arrays: the server's CPU per request against the same call in
+  process, without Python clients' CPU beside the server's (issue 34's goal: <= 1.3x).
 * the server's overhead per call: served p50 minus the in-process call (wall), and the
   server's CPU time per request (psutil, every thread) minus the in-process call's CPU time
   (CPU); and an extrapolation to a 16-core box from the server's CPU time per request,
   labelled as an extrapolation.
+* `RemoteStore`'s and `AsyncRemoteStore`'s own CPU per call (``vector_search`` k=10 and
+  ``count``; goal <= 200 us per search), and one `RemoteStore`'s p50 ``vector_search``
+  minus the in-process call (goal <= 0.15 ms).
 * against Chroma's own HTTP server (Rust), the same rows, 4 client processes each:
   ``vector_search`` k=10 through `memini.RemoteStore` against ``query`` through
   ``chromadb.HttpClient``, and durable single-row writes (goals >= 5x and >= 8x). chromadb
@@ -229,12 +236,16 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
         for lo in range(0, data.n, 5000):
             s.upsert_many([data.memory(i, NS) for i in range(lo, min(lo + 5000, data.n))])
         qs = data.queries[:200]
-        in_process = in_process_cpu = float("inf")
+        in_process = in_process_cpu = in_process_p50 = float("inf")
         for _ in range(3):  # best of 3: the build's background checkpoint may still run
+            lat = []
             t0, c0 = time.perf_counter(), time.thread_time()
             for q in qs:
+                t = time.perf_counter()
                 s.vector_search(NS, q, k=10)
+                lat.append(time.perf_counter() - t)
             in_process = min(in_process, (time.perf_counter() - t0) / len(qs))
+            in_process_p50 = min(in_process_p50, float(np.median(lat)))
             in_process_cpu = min(in_process_cpu, (time.thread_time() - c0) / len(qs))
         # recall's CPU in process: every thread's (its legs may run on the core's pool)
         recall_cpu = float("inf")
@@ -251,6 +262,7 @@ def served(data: D.Dataset, bench_dir: Path) -> Iterator[dict[str, Any]]:
         "url": url,
         "proc": proc,
         "in_process_s": in_process,
+        "in_process_p50_s": in_process_p50,
         "in_process_cpu_s": in_process_cpu,
         "in_process_vector_search_cpu_s": in_process_cpu,
         "in_process_recall_cpu_s": recall_cpu,
@@ -470,6 +482,113 @@ def test_served_front_vs_uvicorn(
     info["goal_gil_us_per_request"] = 40
     benchmark.extra_info.update(info)
     print(f"\n{route}, front vs uvicorn:", json.dumps(info, indent=1))
+
+
+WRK_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format(nil, nil, nil, bodies[(i % #bodies) + 1])
+end
+"""
+
+
+def _wrk(url: str, bodies: list[str], seconds: float, tmp: Path) -> dict[str, float]:
+    """``wrk`` (one thread, 4 connections) posting ``bodies`` in turn to ``url`` for
+    ``seconds`` after a second of warm-up: requests, req/s, p50/p99 (ms)."""
+    script = tmp / f"wrk-{time.monotonic_ns()}.lua"
+    quoted = ",".join(f"[==[{b}]==]" for b in bodies)
+    script.write_text(f"bodies = {{{quoted}}}\n{WRK_LUA}")
+    argv = ["wrk", "-t1", "-c4", "-s", str(script), "--latency", url]
+    subprocess.run([*argv[:-1], "-d1s", url], capture_output=True, check=True)
+    out = subprocess.run(
+        [*argv[:-1], f"-d{max(1, round(seconds))}s", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "Non-2xx" not in out, out
+    n = int(out.split(" requests in")[0].split()[-1])
+    quantiles = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in ("50%", "99%"):
+            value, unit = float(parts[1].rstrip("usm")), parts[1].lstrip("0123456789.")
+            quantiles[parts[0]] = value * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    return {
+        "requests": n,
+        "rps": n / max(1, round(seconds)),
+        "p50_ms": quantiles.get("50%", 0.0),
+        "p99_ms": quantiles.get("99%", 0.0),
+    }
+
+
+@pytest.mark.parametrize("route", ["vector_search", "recall"])
+def test_served_cpu_under_wrk(
+    benchmark: Any,
+    served: dict[str, Any],
+    data: D.Dataset,
+    tmp_path: Path,
+    pytestconfig: pytest.Config,
+    route: str,
+) -> None:
+    """The server's CPU per ``vector_search`` / ``recall`` (with a vector) k=10 driven by
+    ``wrk`` (a load generator in C: no Python client's CPU beside the server's), query
+    vectors as base64 and as JSON arrays, two alternating runs each, against the same call
+    in process (issue 34's goal: at most 1.3x). Skipped without ``wrk`` on the PATH
+    (``apt-get install wrk``)."""
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (apt-get install wrk)")
+    seconds = _seconds(pytestconfig)
+    b64 = [
+        _b64_body(b) for b in (_search_bodies if route == "vector_search" else _recall_bodies)(data)
+    ]
+    bodies = {
+        "base64": b64,
+        "arrays": _search_bodies(data) if route == "vector_search" else _recall_bodies(data),
+    }
+    server = psutil.Process(served["proc"].pid)
+    url = f"{served['url']}/v1/{route}"
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        for rnd in (1, 2):
+            for form, sent in bodies.items():
+                cpu0 = sum(server.cpu_times()[:2])
+                r = _wrk(url, sent, seconds, tmp_path)
+                cpu = sum(server.cpu_times()[:2]) - cpu0
+                r["server_cpu_us_per_request"] = 1e6 * cpu / max(r["requests"], 1)
+                out[f"{form}_run{rnd}"] = r
+
+    benchmark.group = f"server: {route} k=10 under wrk"
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    in_cpu_us = 1e6 * served[f"in_process_{route}_cpu_s"]
+    info: dict[str, Any] = {
+        "rows": data.n,
+        "machine": f"{os.cpu_count()} cores, shared with wrk and other work (loaded)",
+        f"in_process_cpu_us_per_{route}": round(in_cpu_us, 1),
+        "goal_cpu_vs_in_process": 1.3,
+    }
+    for key, r in out.items():
+        info[f"{key}_rps"] = round(r["rps"], 1)
+        info[f"{key}_p50_ms"] = round(r["p50_ms"], 3)
+        info[f"{key}_p99_ms"] = round(r["p99_ms"], 3)
+        info[f"{key}_server_cpu_us"] = round(r["server_cpu_us_per_request"], 1)
+        info[f"{key}_cpu_vs_in_process"] = round(r["server_cpu_us_per_request"] / in_cpu_us, 2)
+    benchmark.extra_info.update(info)
+    print(f"\n{route} under wrk:", json.dumps(info, indent=1))
+
+
+def _b64_body(body: str) -> str:
+    """``body`` with its ``vector`` as base64 of little-endian float32 (as `RemoteStore`
+    sends it)."""
+    from memini import _wire as wire
+
+    args = json.loads(body)
+    args["vector"] = wire.vector_to_base64(np.asarray(args["vector"], np.float32))
+    return json.dumps(args)
 
 
 @pytest.fixture(scope="module")
@@ -726,12 +845,20 @@ def test_served_recall(
 
 
 CLIENT_CPU = r"""
-import json, sys, time
+import asyncio, json, sys, time
 import numpy as np
-import memini
+import memini, memini.aio
 url, queries, ns, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 qs = np.load(queries)
 out = {}
+def best_of_3(call):
+    best = float("inf")
+    for _ in range(3):
+        c0 = time.process_time()
+        for i in range(n):
+            call(qs[i % len(qs)])
+        best = min(best, (time.process_time() - c0) / n)
+    return best
 with memini.connect(url) as c:
     calls = {
         "vector_search": lambda q: c.vector_search(ns, q, k=10),
@@ -741,13 +868,31 @@ with memini.connect(url) as c:
         calls["vector_search"](q)
         calls["count"](q)
     for name, call in calls.items():
-        best = float("inf")
-        for _ in range(3):
-            c0 = time.process_time()
-            for i in range(n):
-                call(qs[i % len(qs)])
-            best = min(best, (time.process_time() - c0) / n)
-        out[name] = best
+        out[name] = best_of_3(call)
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        c.vector_search(ns, qs[i % len(qs)], k=10)
+        lat.append(time.perf_counter() - t0)
+    out["p50"] = float(np.median(lat))
+async def main():
+    async with memini.aio.connect(url) as a:
+        calls = {
+            "async_vector_search": lambda q: a.vector_search(ns, q, k=10),
+            "async_count": lambda q: a.count(ns),
+        }
+        for q in qs[:20]:
+            for call in calls.values():
+                await call(q)
+        for name, call in calls.items():
+            best = float("inf")
+            for _ in range(3):
+                c0 = time.process_time()
+                for i in range(n):
+                    await call(qs[i % len(qs)])
+                best = min(best, (time.process_time() - c0) / n)
+            out[name] = best
+asyncio.run(main())
 print(json.dumps(out))
 """
 
@@ -759,11 +904,12 @@ def test_remote_store_client_cpu(
     tmp_path: Path,
     pytestconfig: pytest.Config,
 ) -> None:
-    """`RemoteStore`'s own CPU per call: the process CPU time (user + system, every thread)
-    of a client process holding only the queries, over ``n`` calls one after another
-    against the served store (best of 3 rounds). ``count`` is the fixed cost of a call
-    (HTTP, encoding, the answer's parse); ``vector_search`` adds the query's base64 and the
-    ten hits' decoding."""
+    """`RemoteStore`'s (and `AsyncRemoteStore`'s) own CPU per call: the process CPU time
+    (user + system, every thread) of a client process holding only the queries, over ``n``
+    calls one after another against the served store (best of 3 rounds). ``count`` is the
+    fixed cost of a call (HTTP, encoding, the answer's parse); ``vector_search`` adds the
+    query's base64 and the ten hits' decoding. Also one client's p50 ``vector_search``
+    (wall, ``n`` calls) minus the in-process p50 (`served`'s, best of 3 rounds)."""
     n = 50 if pytestconfig.getoption("benchmark_disable", False) else 300
     queries = tmp_path / "queries.npy"
     np.save(queries, data.queries[:100])
@@ -781,9 +927,17 @@ def test_remote_store_client_cpu(
 
     benchmark.group = "server: RemoteStore client CPU"
     benchmark.pedantic(run, rounds=1, iterations=1)
-    info = {f"client_cpu_us_per_{name}": round(1e6 * seconds, 1) for name, seconds in out.items()}
+    p50 = out.pop("p50")
+    info: dict[str, Any] = {
+        f"client_cpu_us_per_{name}": round(1e6 * seconds, 1) for name, seconds in out.items()
+    }
     info["calls"] = n
     info["goal_client_cpu_us_per_vector_search"] = 200
+    info["remote_store_p50_ms"] = round(1000 * p50, 3)
+    in_p50 = served["in_process_p50_s"]
+    info["in_process_p50_ms"] = round(1000 * in_p50, 3)
+    info["remote_store_p50_minus_in_process_ms"] = round(1000 * (p50 - in_p50), 3)
+    info["goal_p50_minus_in_process_ms"] = 0.15
     benchmark.extra_info.update(info)
     print("\nRemoteStore client CPU:", json.dumps(info, indent=1))
 

@@ -203,6 +203,87 @@ def test_keyword_weights_follow_another_stores_writes_after_the_refresh(
         assert ranked()[0] == "t"  # kettle is in 11 rows of 26 now
 
 
+def _statements(store: Store, call: Any) -> int:
+    """The statements ``call()`` sends on the store's one connection (libpq's trace: a
+    ``Bind`` or ``Query`` message is a statement)."""
+    import tempfile
+
+    from psycopg import pq
+
+    pool = store._engine._p.pool  # type: ignore[union-attr]
+    with tempfile.TemporaryFile("w+") as log:
+        with pool.connection() as conn:
+            conn.pgconn.trace(log.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        call()
+        with pool.connection() as conn:
+            conn.pgconn.untrace()
+        assert pool.get_stats()["pool_size"] == 1
+        log.seek(0)
+        sent = [f[2] for f in (line.rstrip("\n").split("\t") for line in log) if f[0] == "F"]
+    return sum(m in ("Bind", "Query") for m in sent)
+
+
+def test_a_search_of_new_words_is_one_statement(pg_url: str) -> None:
+    """A keyword search is one statement and a recall two (its legs, then its final rows),
+    whether the query's words were counted before or not: the statement counts what the
+    cache misses (words, a namespace's rows for its coherence) and returns the counts; the
+    answers are those of the same search with every count cached."""
+    rng = np.random.default_rng(9)
+    words = ["kettle", "teapot", "copper", "stove", "handle", "spout", "lid", "cup"]
+    with Store.open(pg_url, dims=4) as s:
+        s.upsert_many(
+            Memory(
+                id=f"m{i:03d}",
+                namespace="n",
+                content=f"{words[i % 8]} and {words[i % 5]} row {i}",
+                embedding=rng.standard_normal(4),
+            )
+            for i in range(200)
+        )
+        q = rng.standard_normal(4)
+        s.recall("n", "row", q, k=5)  # the session set, the namespace's coherence measured
+
+        def searches() -> list[list[tuple[str, float]]]:
+            return [
+                [(h.memory.id, h.score) for h in s.keyword_search("n", "kettle the spout", k=5)],
+                [(h.memory.id, h.score) for h in s.recall("n", "copper lid cup", q, k=5)],
+            ]
+
+        cold: list[list[tuple[str, float]]] = []
+        assert _statements(s, lambda: cold.extend(searches())) == 1 + 2
+        warm: list[list[tuple[str, float]]] = []
+        assert _statements(s, lambda: warm.extend(searches())) == 1 + 2
+        assert warm == cold and all(len(found) == 5 for found in cold)
+        s._engine._frequencies.forget()  # type: ignore[union-attr]
+        assert _statements(s, lambda: s.keyword_search("n", "stove handle", k=5)) == 1
+
+
+def test_weights_counted_in_part_rank_as_counted_at_once(pg_url: str) -> None:
+    """A search over namespaces of which some have their words' counts cached and some not
+    (and words of which some were parsed before: a stopword, two words of one stem) ranks
+    as the same search by a store that counts everything in that statement."""
+    rows = [
+        Memory(id=f"{ns}{i:02d}", namespace=ns, content=text)
+        for ns, texts in (
+            ("a", ["kettle on the stove", "copper kettles", "a teapot", "stove top", "cups"]),
+            ("b", ["teapot and kettle", "the copper pot", "kettle", "spoons", "saucers", "jam"]),
+        )
+        for i, text in enumerate(texts)
+    ]
+    query = "the kettles kettle copper teapot"
+    with Store.open(pg_url, dims=4) as warm, Store.open(pg_url) as cold:
+        warm.upsert_many(rows)
+        warm.keyword_search("a", "the kettle teapot", k=10)  # a's counts of these words
+        warm.keyword_search("b", "copper", k=10)  # b's count of copper
+        got = [(h.memory.id, h.score) for h in warm.recall(["a", "b"], query, k=10)]
+        want = [(h.memory.id, h.score) for h in cold.recall(["a", "b"], query, k=10)]
+        assert got == want and len(got) >= 6
+        got_kw = [(h.memory.id, h.score) for h in warm.keyword_search("b", query, k=10)]
+        want_kw = [(h.memory.id, h.score) for h in cold.keyword_search("b", query, k=10)]
+        assert got_kw == want_kw and len(got_kw) >= 3
+
+
 def test_linked_recall_sees_links_another_store_writes(pg_url: str) -> None:
     with Store.open(pg_url, dims=4, metric="cos") as a, Store.open(pg_url) as b:
         a.upsert_many(
@@ -626,13 +707,57 @@ def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def test_the_graph_walk_plans_with_the_graph_in_a_small_table(pg_url: str) -> None:
+    """A search that walks the graph (a namespace of 1,500 rows, the whole table) plans its
+    walk as the HNSW scan, not a read of every row and a sort (the planner's choice at
+    PostgreSQL's default ``random_page_cost``, 4)."""
+    import psycopg
+
+    rng = np.random.default_rng(11)
+    with Store.open(pg_url, dims=16) as s:
+        s.upsert_many(
+            Memory(
+                id=f"m{i}",
+                namespace="n",
+                content=f"row {i} of {i % 7} kettles",
+                embedding=rng.standard_normal(16),
+            )
+            for i in range(1500)
+        )
+        with psycopg.connect(pg_url, autocommit=True) as c:
+            c.execute("ANALYZE memories")
+        s._engine._sizes.forget()  # type: ignore[union-attr]
+        q = rng.standard_normal(16)
+        assert len(s.vector_search("n", q, k=10)) == 10
+        assert len(s.recall("n", "kettles", q, k=10)) == 10
+        pool = s._engine._p.pool  # type: ignore[union-attr]
+        with pool.connection() as conn:
+            prepared = conn.execute(
+                "SELECT name, statement, cardinality(parameter_types) FROM pg_prepared_statements"
+            ).fetchall()
+            walks = 0
+            for name, statement, n in prepared:
+                if "<->" not in statement or "CASE WHEN" not in statement:
+                    continue
+                [(plan,)] = conn.execute(
+                    f"EXPLAIN (FORMAT JSON) EXECUTE {name}({', '.join(['NULL'] * n)})"
+                )
+                nodes = _plan_nodes(plan[0]["Plan"])
+                assert any(
+                    nd.get("Index Name") == "memories_hnsw" and "Order By" in nd for nd in nodes
+                ), statement
+                walks += 1
+    assert walks == 2  # vector_search's and recall's
+
+
 def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
     """Each statement a search prepares, EXPLAINed as the generic plan it runs on a
     populated database (many namespaces, analyzed): vector searches walk the HNSW index with
     an exact scan behind, or (small namespaces, rare tags) are the exact scan alone, through
     the tag GIN or the namespace index; keyword searches use the words
     GIN index, recall's final rows the primary key, the keyword weights' counts the words
-    GIN index in a large namespace and the namespace index in a small one; no statement
+    GIN index in a large namespace and the namespace index in a small one (inside the
+    keyword and recall statements); no statement
     reads ``memories`` sequentially, but for the keyword search of stopwords alone (the
     words as they are, unindexed)."""
     import psycopg
@@ -673,6 +798,7 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
         s.keyword_search("ns3", "beta", Filter(tags=["common"]), k=5)
         s.keyword_search("ns4", "the of", k=5)
         s.recall("big", "alpha", q, k=5)
+        s.recall("big", "beta", q, k=5)  # its coherence known: its rows counted in the statement
         s.recall(["ns1", "ns2"], "delta", q, k=5, fusion="rrf")
         pool = s._engine._p.pool  # type: ignore[union-attr]
         assert pool.get_stats()["pool_size"] == 1  # every statement went through one session
@@ -694,10 +820,13 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
         for node in nodes:
             if node.get("Relation Name") == "memories" and node["Node Type"] == "Seq Scan":
                 raise AssertionError(f"a sequential scan of memories in: {statement}")
-        if statement.startswith("SELECT n.ns"):  # the keyword weights' counts
+        if "kc AS MATERIALIZED" in statement:
+            # the keyword weights it counts: through the words GIN index in a large
+            # namespace, the namespace index in a small one
             assert {"memories_words", "memories_ns_id"} <= used, statement
             kinds["frequencies"] += 1
-            continue
+        if "SELECT 'c'" in statement:  # recall counting a namespace's rows for its coherence
+            kinds["recounts"] += 1
         if statement.startswith("SELECT count(*)") or "row_number()" in statement:
             # a namespace's coherence: its rows counted, its sample read, by namespace
             assert used - {None} and used <= {"memories_ns_time", "memories_ns_id", None}
@@ -725,4 +854,5 @@ def test_every_search_statement_plans_with_the_indexes(pg_url: str) -> None:
     assert kinds["rows"] >= 1 and kinds["keyword"] >= 3 and kinds["vector"] >= 4, kinds
     # a small namespace and a rare tag scan exactly, each a statement without the walk
     assert kinds["exact"] == 2, kinds
-    assert kinds["coherence"] == 2 and kinds["frequencies"] == 1 and kinds["stopwords"] == 1, kinds
+    assert kinds["coherence"] == 2 and kinds["stopwords"] == 1, kinds
+    assert kinds["frequencies"] == kinds["keyword"] == 5 and kinds["recounts"] == 1, kinds

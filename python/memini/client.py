@@ -7,17 +7,20 @@ HTTP/1.1 connection pool (keep-alive) per client, safe to share between threads
 (`RemoteStore`) or tasks (`AsyncRemoteStore`).
 
 Both clients keep their own HTTP/1.1 connections (`_Connections` on sockets,
-`_AsyncConnections` on asyncio streams; h11 frames requests and reads answers for both, in
-`_Http11`) for a plain ``http://`` URL reached without a proxy: httpx's client spent
-~400-850 us of CPU per call (URL parsing, header models, pools, tracing), more than the
-server's work for a search. Client CPU per call against a live ``memini serve`` (5k rows,
-384-d, k=10; process CPU time of a client process over 300 calls, best of 3;
-`benches/bench_server.py::test_remote_store_client_cpu`): `RemoteStore` ``vector_search``
-274 us, ``count`` 127 us; `AsyncRemoteStore` 307 and 153 us (httpx, at 20k rows: 705, 432
-and 1,047 us for ``vector_search``, ``count`` and the async ``vector_search``; a
-hand-written answer parser in h11's place: ~70-80 us less per call). An ``https://`` URL,
-or one a proxy variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes
-through httpx, which does TLS and proxies.
+`_AsyncConnections` on asyncio streams) for a plain ``http://`` URL reached without a proxy:
+httpx's client spent ~400-850 us of CPU per call (URL parsing, header models, pools,
+tracing), more than the server's work for a search. h11 checks and renders each request's
+head once per path and body length (`_Start`); `_read_answer` reads the common answer (one
+Content-Length) itself and leaves every other one, malformed ones included, to h11 (its
+state machine was ~33 us of a call's CPU hot, more in a client's loop). Client CPU per call
+against a live ``memini serve`` (5k rows, 384-d, k=10; process CPU time of a client process
+over 300 calls, best of 3; `benches/bench_server.py::test_remote_store_client_cpu`, two runs
+alternating with the previous client on a loaded 2-core machine): `RemoteStore`
+``vector_search`` 116-120 us (was 227-229: h11 on every answer, every field of every hit
+checked), ``count`` 31 us (was 86-90); `AsyncRemoteStore` 146-151 and 50-51 us (was 279-289
+and 111-170); httpx, at 20k rows: 705, 432 and 1,047 us. An ``https://`` URL, or one a proxy
+variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes through httpx,
+which does TLS and proxies.
 
 Failures and what to do about them:
 
@@ -43,6 +46,7 @@ import contextlib
 import functools
 import itertools
 import os
+import re
 import select
 import socket
 import threading
@@ -170,64 +174,129 @@ _MAX_HEAD: Final = 64 << 10  # bytes of an answer's head (status line and header
 _READ: Final = 64 << 10  # bytes asked of the connection at once
 
 
-class _Http11:
-    """One connection's HTTP/1.1 (h11's state machine), whatever carries its bytes
-    (`_Connection` a socket, `_AsyncConnection` an asyncio stream): the bytes of a request,
-    then the answer read from the bytes fed to `answer`. h11's protocol errors are httpx's,
-    as httpx's own clients raise them."""
+class _Start:
+    """The start of a request: h11's event (which checked its target and headers) and its
+    bytes, rendered by h11 once."""
 
-    __slots__ = ("_h",)
+    __slots__ = ("event", "head")
 
-    def __init__(self) -> None:
-        self._h = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+    def __init__(self, event: h11.Request) -> None:
+        self.event = event
+        self.head: bytes = h11.Connection(h11.CLIENT).send(event) or b""
 
-    def request(self, start: h11.Request, content: bytes) -> bytes:
-        """The bytes of the request ``start`` with its body ``content``."""
-        h = self._h
-        return b"".join(
-            (
-                h.send(start) or b"",
-                h.send(h11.Data(data=content)) or b"",
-                h.send(h11.EndOfMessage()) or b"",
-            )
-        )
 
-    def answer(self) -> Generator[None, bytes, tuple[_Reply, bool]]:
-        """Reads the answer from the bytes sent in (``b""`` = the connection's end); returns
-        it and whether the connection may be kept (both sides done, keep-alive, nothing
-        more sent), made ready for the next request if so.
+# The answers `_read_answer` reads itself, every other one h11 reads: HTTP/1.1, a final
+# status but 204 / 304, header lines of a token, a colon and a value (RFC 9110 5.5, without
+# control characters), one Content-Length, no Transfer-Encoding. A subset of what h11 reads
+# alike (tests/test_client.py checks that both readers agree on any bytes). Possessive
+# quantifiers: linear time whatever the bytes.
+_VALUE: Final = rb"(?:[\x21-\x7e\x80-\xff]++(?:[\t ]++[\x21-\x7e\x80-\xff]++)*+)?"
+_NAME: Final = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]++"
+_HEAD: Final = re.compile(
+    rb"HTTP/1\.1 ([0-9]{3})(?: ([\t\x20-\x7e\x80-\xff]*+))?\r\n(?:%b:[\t ]*+%b[\t ]*+\r\n)*+"
+    % (_NAME, _VALUE)
+)
+_FIELD: Final = re.compile(rb"\n(%b):[\t ]*+(%b)" % (_NAME, _VALUE))
 
-        Raises:
-            httpx.RemoteProtocolError: A malformed answer, or the connection ended early.
-        """
-        h = self._h
-        status, reason, parts = 0, b"", []
-        try:
-            while True:
-                event = h.next_event()
-                if event is h11.NEED_DATA:
-                    h.receive_data((yield))
-                elif type(event) is h11.Data:
-                    parts.append(event.data)
-                elif type(event) is h11.Response:
-                    status, reason = event.status_code, event.reason
-                elif type(event) is h11.EndOfMessage:
-                    break
-                elif type(event) is h11.ConnectionClosed:  # h11 raises before an end: a guard
-                    raise httpx.RemoteProtocolError("the server closed the connection")
-                # else an interim answer (100 Continue; none is asked for): the next one
-        except h11.RemoteProtocolError as e:
-            raise httpx.RemoteProtocolError(f"malformed or unfinished answer: {e}") from e
-        keep = h.our_state is h.their_state is h11.DONE and not h.trailing_data[0]
-        if keep:
-            h.start_next_cycle()
-        return _Reply(status, reason.decode("latin-1"), b"".join(parts)), keep
+
+def _framing(head: bytes) -> tuple[int, bytes, int, bool] | None:
+    """Status, reason, body length and keep-alive of an answer's head (up to its blank
+    line's CRLF), or None when `_read_answer` leaves it to h11."""
+    m = _HEAD.fullmatch(head)
+    if m is None:
+        return None
+    status = int(m[1])
+    if status < 200 or status in (204, 304):
+        return None
+    length, keep = -1, True
+    for name, value in _FIELD.findall(head, m.end(1)):
+        name = name.lower()
+        if name == b"content-length":
+            if length >= 0 or not value.isdigit() or len(value) > 20:
+                return None
+            length = int(value)
+        elif name == b"transfer-encoding":
+            return None
+        elif name == b"connection":
+            keep = keep and b"close" not in [t.strip().lower() for t in value.split(b",")]
+    if length < 0:
+        return None
+    return status, m[2] or b"", length, keep
+
+
+def _read_answer(start: _Start, content: bytes) -> Generator[None, bytes, tuple[_Reply, bool]]:
+    """Reads the answer to the request ``start`` + ``content`` from the bytes sent in
+    (``b""`` = the connection's end); returns it and whether the connection may be kept
+    (a whole answer, keep-alive, nothing more sent).
+
+    The common answer (`_framing`) is read here: a k=10 search answer with h11's state
+    machine (the request's events included) took 36.9 us of CPU, here 4.1 us (hot loop,
+    best of 5; ~100 us less per call in a client's loop together with the decoder's
+    plans, `benches/bench_server.py::test_remote_store_client_cpu`). Any other answer,
+    malformed ones included, is replayed read by read into h11, to read or refuse.
+
+    Raises:
+        httpx.RemoteProtocolError: A malformed answer, or the connection ended early.
+    """
+    data = yield
+    got = [data]
+    size = len(data)
+    head_end = data.find(b"\r\n\r\n")
+    while head_end < 0 and data and size <= _MAX_HEAD:
+        data = yield
+        got.append(data)
+        size += len(data)
+        head_end = b"".join(got).find(b"\r\n\r\n")
+    framing = _framing(b"".join(got)[: head_end + 2]) if head_end >= 0 else None
+    if framing is not None:
+        status, reason, length, keep = framing
+        end = head_end + 4 + length
+        while size < end and data:
+            data = yield
+            got.append(data)
+            size += len(data)
+        if size >= end:
+            whole = b"".join(got) if len(got) > 1 else got[0]
+            body = whole[head_end + 4 : end]
+            return _Reply(status, reason.decode("latin-1"), body), keep and size == end
+    return (yield from _h11_answer(start, content, got))
+
+
+def _h11_answer(
+    start: _Start, content: bytes, received: list[bytes]
+) -> Generator[None, bytes, tuple[_Reply, bool]]:
+    """`_read_answer` by h11, given the reads so far (``b""`` = the connection's end); h11's
+    protocol errors are raised as httpx's, as httpx's own clients raise them."""
+    h = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+    h.send(start.event)
+    h.send(h11.Data(data=content))
+    h.send(h11.EndOfMessage())
+    status, reason, parts = 0, b"", []
+    received.reverse()
+    try:
+        while True:
+            event = h.next_event()
+            if event is h11.NEED_DATA:
+                h.receive_data(received.pop() if received else (yield))
+            elif type(event) is h11.Data:
+                parts.append(event.data)
+            elif type(event) is h11.Response:
+                status, reason = event.status_code, event.reason
+            elif type(event) is h11.EndOfMessage:
+                break
+            elif type(event) is h11.ConnectionClosed:  # h11 raises before an end: a guard
+                raise httpx.RemoteProtocolError("the server closed the connection")
+            # else an interim answer (100 Continue; none is asked for): the next one
+    except h11.RemoteProtocolError as e:
+        raise httpx.RemoteProtocolError(f"malformed or unfinished answer: {e}") from e
+    keep = h.our_state is h.their_state is h11.DONE and not h.trailing_data[0]
+    return _Reply(status, reason.decode("latin-1"), b"".join(parts)), keep
 
 
 class _Connection:
-    """One keep-alive connection: its socket and its HTTP/1.1 state."""
+    """One keep-alive connection: its socket."""
 
-    __slots__ = ("http", "sock")
+    __slots__ = ("sock",)
 
     def __init__(self, address: tuple[str, int], timeout: float) -> None:
         try:
@@ -237,7 +306,6 @@ class _Connection:
         except OSError as e:  # refused, unreachable, unknown host: the request never left
             raise httpx.ConnectError(str(e)) from e
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.http = _Http11()
 
     def stale(self) -> bool:
         """Whether the idle connection was closed by the server (readable = EOF or junk)."""
@@ -250,17 +318,16 @@ class _Connection:
         except (OSError, ValueError):
             return True
 
-    def exchange(self, start: h11.Request, content: bytes) -> tuple[_Reply, bool]:
+    def exchange(self, start: _Start, content: bytes) -> tuple[_Reply, bool]:
         """Send one request, read its answer; the answer and whether to keep the
         connection."""
-        data = self.http.request(start, content)
         try:
-            self.sock.sendall(data)
+            self.sock.sendall(start.head + content)
         except TimeoutError as e:
             raise httpx.WriteTimeout(str(e)) from e
         except OSError as e:
             raise httpx.WriteError(str(e)) from e
-        answer = self.http.answer()
+        answer = _read_answer(start, content)
         recv = self.sock.recv
         try:
             next(answer)
@@ -280,7 +347,8 @@ class _Connection:
 
 class _Target:
     """The server of `_Connections` and `_AsyncConnections`: its address, and the start of
-    a request (h11 checks its headers once per path and body length, not per call)."""
+    a request (h11 checks and renders its headers once per path and body length, not per
+    call)."""
 
     _KEPT: Final = 256  # requests kept (most calls repeat a path and a body length)
 
@@ -291,9 +359,9 @@ class _Target:
         host = parts.netloc.rpartition("@")[2]
         self._prefix = parts.path
         self._headers = list({"host": host, **headers}.items())
-        self._requests: dict[tuple[str, int], h11.Request] = {}
+        self._requests: dict[tuple[str, int], _Start] = {}
 
-    def request(self, path: str, length: int) -> h11.Request:
+    def request(self, path: str, length: int) -> _Start:
         """The start of ``POST path`` with a JSON body of ``length`` bytes.
 
         Raises:
@@ -302,10 +370,12 @@ class _Target:
         start = self._requests.get((path, length))
         if start is None:
             try:
-                start = h11.Request(
-                    method="POST",
-                    target=self._prefix + path,
-                    headers=[*self._headers, ("content-length", str(length))],
+                start = _Start(
+                    h11.Request(
+                        method="POST",
+                        target=self._prefix + path,
+                        headers=[*self._headers, ("content-length", str(length))],
+                    )
                 )
             except h11.LocalProtocolError as e:
                 raise httpx.LocalProtocolError(str(e)) from e
@@ -318,7 +388,7 @@ class _Target:
 class _Connections:
     """`RemoteStore`'s HTTP/1.1 client for a plain ``http://`` server (see the module docs):
     keep-alive connections (at most ``limit`` at once, ``idle`` kept between calls), each
-    request framed by h11 (`_Http11`) and sent in one write (no Nagle delay). Failures are
+    request sent in one write (no Nagle delay), its answer read by `_read_answer`. Failures are
     httpx's exceptions
     (`httpx.ConnectError` when the request never left), as `_Httpx`'s are."""
 
@@ -406,13 +476,12 @@ class _Httpx:
 class _AsyncConnection:
     """`_Connection` for asyncio: one keep-alive connection's streams, on one event loop."""
 
-    __slots__ = ("http", "loop", "reader", "writer")
+    __slots__ = ("loop", "reader", "writer")
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, loop: object
     ) -> None:
         self.reader, self.writer, self.loop = reader, writer, loop
-        self.http = _Http11()
 
     @classmethod
     async def open(cls, address: tuple[str, int], timeout: float) -> _AsyncConnection:
@@ -435,13 +504,11 @@ class _AsyncConnection:
             or self.writer.is_closing()
         )
 
-    async def exchange(
-        self, start: h11.Request, content: bytes, timeout: float
-    ) -> tuple[_Reply, bool]:
+    async def exchange(self, start: _Start, content: bytes, timeout: float) -> tuple[_Reply, bool]:
         """Send one request, read its answer (within ``timeout`` s); the answer and whether
         to keep the connection."""
-        data = self.http.request(start, content)
-        answer = self.http.answer()
+        data = start.head + content
+        answer = _read_answer(start, content)
         read = self.reader.read
         try:
             async with asyncio.timeout(timeout):

@@ -58,7 +58,7 @@ from memini.postgres import _meta
 from memini.postgres._bulk import UPSERT, deferred_indexes, recover_deferred, upsert
 from memini.postgres._coherence import Coherence
 from memini.postgres._filter import LIVE_AT, order_by, where
-from memini.postgres._frequencies import Frequencies
+from memini.postgres._frequencies import Frequencies, Lookup
 from memini.postgres._pool import (
     DEFAULT_EF_SEARCH,
     Conn,
@@ -70,9 +70,11 @@ from memini.postgres._pool import (
 from memini.postgres._rows import SELECT, query_words, to_memory, write_values
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
 from memini.postgres._search import (
+    KEYWORD_RANK,
+    RECALL_RANK,
     STANDING,
     Sizes,
-    keyword_params,
+    counts,
     keyword_sql,
     recall_sql,
     vector_sql,
@@ -637,24 +639,32 @@ class PgEngine:
         accent-folded) OR-ed, English stemming and stopwords (the ``english``
         configuration), ranked by the sum of each word's ``ts_rank`` (its weight in the row,
         no length normalisation) times its inverse document frequency in the namespace
-        (BM25's idf, from cached counts: `memini.postgres._frequencies`)."""
+        (BM25's idf, from cached counts, the missing ones counted in the same statement:
+        `memini.postgres._frequencies`)."""
         words = query_words(query)
         if not words:
             return []
         with self._p.read() as conn:
-            weights = self._weights(conn, [namespace], words)
-            params = keyword_params(words, weights)
-            params["ns"] = namespace
-            sql = keyword_sql(where(filter, params), k, len(weights))
-            rows = conn.rows(sql, params)
-        rows.sort(key=lambda r: (-r[-1], r[0]))
-        return [Scored(to_memory(r), float(r[-1])) for r in rows]
+            look = self._lookup(conn, [namespace], words)
+            terms = len(look.slots)
+            while True:
+                params = {**look.params, "ns": namespace}
+                rows = conn.rows(keyword_sql(where(filter, params), k, terms), params)
+                if self._frequencies.learn(look, counts(rows, KEYWORD_RANK)) or not terms:
+                    break
+                terms = 0  # its words were all stopwords: search them as they are
+        hits = [r[2:] for r in rows if r[0] == "k"]
+        hits.sort(key=lambda r: (-r[-1], r[0]))
+        return [Scored(to_memory(r), float(r[-1])) for r in hits]
 
-    def _weights(
+    def _lookup(
         self, conn: Conn, namespaces: builtins.list[str], words: builtins.list[str]
-    ) -> builtins.list[tuple[str, float]]:
-        """The query words that weigh and their idf over ``namespaces``."""
-        return self._frequencies.weights(conn, namespaces, words, partial(self._sizes.rows, conn))
+    ) -> Lookup:
+        """The word weights of a search of ``words`` over ``namespaces``
+        (`memini.postgres._frequencies`)."""
+        return self._frequencies.lookup(
+            namespaces, words, partial(self._sizes.rows, conn), self._sizes.total(conn)
+        )
 
     def recall(
         self,
@@ -747,28 +757,44 @@ class PgEngine:
         # neighbour context weighs each namespace by its coherence: measured only when used,
         # and the neighbours are not read at all when no namespace searched has any
         coherence = [0.0] * (max((i for i, _, _ in uniq), default=0) + 1)
-        keyword, weights = None, []
-        if words:
-            weights = self._weights(conn, [ns for _, ns, _ in uniq], words)
-            keyword = keyword_params(words, weights)
-        neighbours = context > 0 and vector is not None and keyword is not None
-        if neighbours:
-            for i, ns, _ in uniq:
-                coherence[i] = self._coherence.of(conn, ns)
+        look = self._lookup(conn, [ns for _, ns, _ in uniq], words) if words else None
+        terms = 0 if look is None else len(look.slots)
+        recount: builtins.list[int] = []  # the sources whose rows the statement counts
+        if context > 0 and vector is not None and look is not None:
+            for pos, (i, ns, _) in enumerate(uniq):
+                hit = self._coherence.cached(ns)
+                if hit is None:
+                    coherence[i] = self._coherence.of(conn, ns)
+                else:
+                    coherence[i] = hit[0]
+                    if hit[1]:
+                        recount.append(pos)
+        for _ in range(_RECALL_ATTEMPTS):
             neighbours = any(c > 0 for c in coherence)
-        sql, params = recall_sql(
-            self._metric,
-            self._dims,
-            spec,
-            [(ns, tiers) for _, ns, tiers in uniq],
-            graph,
-            keyword,
-            len(weights),
-            pool,
-            neighbours,
-        )
-        params["q"] = vector
-        rows = conn.rows(sql, params)
+            sql, params = recall_sql(
+                self._metric,
+                self._dims,
+                spec,
+                [(ns, tiers) for _, ns, tiers in uniq],
+                graph,
+                None if look is None else look.params,
+                terms,
+                pool,
+                neighbours,
+                recount,
+            )
+            params["q"] = vector
+            rows = conn.rows(sql, params)
+            made = counts(rows, RECALL_RANK)
+            for leg, pos, _, _, n in made:
+                if leg == "c":
+                    coherence[uniq[pos][0]] = self._coherence.counted(conn, uniq[pos][1], int(n))
+            recount = []
+            weighed = look is None or self._frequencies.learn(look, made) or not terms
+            if weighed and neighbours == any(c > 0 for c in coherence):
+                break
+            if not weighed:  # its words were all stopwords: search them as they are
+                terms = 0
         # per source: the exact scan's rows when it ran, else the walk's; the keyword rows
         width = len(STANDING)
         vrows: dict[int, builtins.list[tuple[Any, ...]]] = {}
@@ -778,7 +804,7 @@ class PgEngine:
             leg, src = r[0], r[1]
             if leg == "k":
                 krows.setdefault(src, []).append(r)
-            else:
+            elif leg in ("v", "e"):
                 if leg == "e" and src not in exact:
                     exact.add(src)
                     vrows[src] = []

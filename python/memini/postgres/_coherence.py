@@ -11,7 +11,9 @@ Cached per namespace as the embedded store caches it, and measured again once th
 has moved by more than a sixteenth. Counting the rows is an index-only scan of the namespace,
 so a namespace of `COUNT_ALWAYS_BELOW` rows or more is counted at most every
 `memini.postgres._search.REFRESH_SECONDS` (other processes may write it meanwhile), a smaller
-one on every recall that uses neighbours.
+one on every recall that uses neighbours: by recall's own statement once the namespace was
+measured (`cached`, then `counted`; a recall whose neighbours that count turns on or off runs
+again), else before it (`of`).
 """
 
 from __future__ import annotations
@@ -52,15 +54,30 @@ class Coherence:
         with self._lock:
             self._cache.clear()
 
+    def cached(self, namespace: str) -> tuple[float, bool] | None:
+        """``namespace``'s cached coherence and whether its rows are due a count (then
+        `counted` with it); None when never measured (`of`)."""
+        with self._lock:
+            hit = self._cache.get(namespace)
+        if hit is None:
+            return None
+        fresh = hit[0] >= COUNT_ALWAYS_BELOW and time.monotonic() - hit[2] < REFRESH_SECONDS
+        return hit[1], not fresh
+
     def of(self, conn: Conn, namespace: str) -> float:
         """``namespace``'s coherence (0 below 8 rows), measured again when stale."""
+        hit = self.cached(namespace)
+        if hit is not None and not hit[1]:
+            return hit[0]
+        row = conn.execute(_COUNT, {"ns": namespace}, prepare=True).fetchone()
+        return self.counted(conn, namespace, int(row[0]) if row is not None else 0)
+
+    def counted(self, conn: Conn, namespace: str, n: int) -> float:
+        """``namespace``'s coherence now that its rows were counted (``n``): the cached one
+        while the count has moved by at most a sixteenth, else measured again."""
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(namespace)
-        if hit is not None and hit[0] >= COUNT_ALWAYS_BELOW and now - hit[2] < REFRESH_SECONDS:
-            return hit[1]
-        row = conn.execute(_COUNT, {"ns": namespace}, prepare=True).fetchone()
-        n = int(row[0]) if row is not None else 0
         if hit is not None and abs(n - hit[0]) <= hit[0] // 16:
             c = hit[1]
             n = hit[0]

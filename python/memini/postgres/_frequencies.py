@@ -1,5 +1,5 @@
 """The keyword leg's word weights on PostgreSQL: each word's inverse document frequency in
-the namespaces searched, from counts cached per namespace.
+the namespaces searched, from counts cached per namespace and made by the search itself.
 
 A keyword search ranks a row by the sum over the query's words of ``ts_rank`` (the word's
 weight in the row) times the word's idf (see `memini.postgres._search`), BM25's
@@ -10,63 +10,58 @@ word's ``df`` are cached per namespace, the words as the ``english`` configurati
 them (a stopword has no lexeme and no weight; two words with one stem count once).
 
 Counting in every search cost half of its speed (a bitmap heap scan per word), so a search
-counts only what is not cached, in one statement before its own: ``N`` up to `COUNT_UP_TO`
-rows (above, the planner statistics' estimate, `memini.postgres._search.Sizes.rows`) and
-each missing word's ``df`` (through the GIN index; in a small namespace, its own index). A
-namespace's counts are dropped once this
-store has written more than a sixteenth of its rows since they were counted (`wrote`; any
-write to a namespace of fewer than 16 rows) and after `memini.postgres._search.
-REFRESH_SECONDS` (other processes' writes): then ``N`` and the query's words are counted
-again, and the other words' counts kept unless ``N`` has moved by more than a sixteenth.
-Stale counts only reorder the matches: which rows match is the statement's, never the
-cache's.
+passes what is cached as parameters and its own statement counts only the rest (the
+``_WEIGHTS`` CTEs of `memini.postgres._search`: ``N`` up to `COUNT_UP_TO` rows, above it
+the planner statistics' estimate, `memini.postgres._search.Sizes.rows`; each missing
+word's ``df`` through the GIN index, in a small namespace through its own index) and
+returns those counts as rows of their own, which `Lookup.learn` caches: a search is one
+statement whether its words are cached or not (a counting statement before it cost a cold
+word a round trip). A word not parsed yet (not cached in any namespace) is weighed as the
+statement parses it: nothing for a stopword, or for a stem an earlier word of the query
+has. A namespace's counts are dropped once this store has written more than a sixteenth of
+its rows since they were counted (`wrote`; any write to a namespace of fewer than 16 rows)
+and after `memini.postgres._search.REFRESH_SECONDS` (other processes' writes): then ``N``
+and the query's words are counted again, and the other words' counts kept unless ``N`` has
+moved by more than a sixteenth. Stale counts only reorder the matches: which rows match is
+the statement's, never the cache's.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final
 
-from memini.postgres._search import REFRESH_SECONDS, TS_CONFIG
+from memini.postgres._search import COUNT_UP_TO, REFRESH_SECONDS
 
-if TYPE_CHECKING:
-    from memini.postgres._pool import Conn
+__all__ = ["COUNT_UP_TO", "Frequencies", "Lookup"]
 
-__all__ = ["COUNT_UP_TO", "Frequencies"]
-
-COUNT_UP_TO: Final = 4096
-"""A namespace's rows are counted up to this many; more, and the planner statistics'
-estimate stands in."""
 _MAX_WORDS: Final = 65536
 """Cached words (over every namespace) past which the cache starts again."""
-
-# the rows of each namespace of %(n)s (up to COUNT_UP_TO), then for each (namespace, word,
-# large) of %(pn)s, %(pw)s, %(pl)s the word's query text (empty: a stopword) and its df
-# there: through the GIN index in a large namespace, else through the namespace's index
-# (each condition the other index could serve made opaque to the planner)
-_COUNT: Final = (
-    "SELECT n.ns, NULL::text, NULL::text, (SELECT count(*) FROM (SELECT FROM memories "
-    f"WHERE namespace = n.ns LIMIT {COUNT_UP_TO}) x) FROM unnest(%(n)s::text[]) n(ns) "
-    "UNION ALL SELECT p.ns, p.w, q::text, CASE WHEN numnode(q) = 0 THEN 0 WHEN p.large "
-    "THEN (SELECT count(*) FROM memories WHERE words @@ q "
-    "AND CASE WHEN namespace = p.ns THEN true ELSE false END) "
-    "ELSE (SELECT count(*) FROM memories WHERE namespace = p.ns "
-    "AND CASE WHEN words @@ q THEN true ELSE false END) END "
-    "FROM unnest(%(pn)s::text[], %(pw)s::text[], %(pl)s::bool[]) p(ns, w, large), "
-    f"to_tsquery('{TS_CONFIG}', p.w) q"
-)
 
 
 @dataclass
 class _Counts:
-    rows: float
+    rows: float | None  # None: counted by the search under way
     at: float
     written: int = 0
     words: dict[str, tuple[str, int]] = field(default_factory=dict)  # word -> (query, df)
+
+
+@dataclass
+class Lookup:
+    """One search's word weights: the words its statement weighs (``slots``, in the query's
+    order; none: the words are all known stopwords) and ``params``, its parameters (the
+    cached counts, and what to count)."""
+
+    slots: list[str]
+    params: dict[str, Any]
+    spaces: list[str]
+    cached: dict[str, _Counts | None]
+    fresh: dict[str, _Counts]
+    parsed: dict[str, str]  # word -> its query text, of the words parsed
 
 
 class Frequencies:
@@ -76,6 +71,7 @@ class Frequencies:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cache: dict[str, _Counts] = {}
+        self._parsed: dict[str, str] = {}  # word -> its query text ('' for a stopword)
 
     def forget(self, namespace: str | None = None) -> None:
         """Count ``namespace`` (None: every namespace) again at its next search."""
@@ -89,70 +85,104 @@ class Frequencies:
         """This store wrote (inserted, changed or deleted) ``rows`` rows of ``namespace``."""
         with self._lock:
             hit = self._cache.get(namespace)
-            if hit is not None:
+            if hit is not None and hit.rows is not None:
                 hit.written += rows
                 if hit.written > hit.rows // 16:
                     del self._cache[namespace]
 
-    def weights(
+    def lookup(
         self,
-        conn: Conn,
         namespaces: Sequence[str],
         words: Sequence[str],
         estimate: Callable[[str], float],
-    ) -> list[tuple[str, float]]:
-        """The query ``words`` that weigh (one per stem, no stopword) and their idf over
-        ``namespaces``, counting what is not cached; ``estimate`` is a namespace's row count
-        by the planner statistics (used above `COUNT_UP_TO`)."""
+        total: float,
+    ) -> Lookup:
+        """The weights of the query ``words`` over ``namespaces`` (their order numbers them
+        in the statement, from 0): the cached counts and what the statement counts;
+        ``estimate`` is a namespace's row count by the planner statistics (used above
+        `COUNT_UP_TO`), ``total`` the table's.
+
+        A word's df in a namespace is counted through the GIN index (reading the word's
+        rows) when the namespace is large or holds a quarter of the table or more, else
+        through the namespace's index (reading the namespace's rows): a keyword search
+        of new words in a namespace of 2,000 rows, the whole table, cost 1.9-2.1 ms of
+        server CPU counting them that way (a statement of its own), 0.6 ms through the
+        GIN index in its statement (benches/bench_postgres.py's rows and keyword queries,
+        100 queries, old and new alternating)."""
         now = time.monotonic()
         spaces = list(dict.fromkeys(namespaces))
         with self._lock:
             cached = {ns: self._cache.get(ns) for ns in spaces}
+            parsed = {w: self._parsed[w] for w in words if w in self._parsed}
         got = {ns: c for ns, c in cached.items() if c is not None and now - c.at < REFRESH_SECONDS}
-        fresh = {ns: _Counts(0.0, now) for ns in spaces if ns not in got}
+        fresh = {ns: _Counts(None, now) for ns in spaces if ns not in got}
         got.update(fresh)
-        pairs = [(ns, w) for ns in spaces for w in words if w not in got[ns].words]
-        if pairs:
-            # a namespace's size: counted when cached, else the planner statistics' estimate
-            large = {
-                ns: (estimate(ns) if ns in fresh else got[ns].rows) > COUNT_UP_TO for ns in spaces
-            }
-            found = conn.execute(
-                _COUNT,
-                {
-                    "n": list(fresh),
-                    "pn": [ns for ns, _ in pairs],
-                    "pw": [w for _, w in pairs],
-                    "pl": [large[ns] for ns, _ in pairs],
-                },
-                prepare=True,
-            ).fetchall()
-            for ns, word, query, n in found:
-                if word is None:
-                    rows = float(n)
-                    got[ns].rows = rows if rows < COUNT_UP_TO else max(rows, estimate(ns))
-                else:
-                    got[ns].words[word] = (query, int(n))
+        # the words that weigh, once per stem, and those not parsed yet
+        slots: list[str] = []
+        stems: set[str] = set()
+        for w in words:
+            query = parsed.get(w)
+            if query is None:
+                slots.append(w)
+            elif query and query not in stems:
+                stems.add(query)
+                slots.append(w)
+        # a namespace's size: counted when cached, else the planner statistics' estimate
+        rows = [got[ns].rows for ns in spaces]
+        size = [estimate(ns) if n is None else n for ns, n in zip(spaces, rows, strict=True)]
+        df = [_df(got[ns], w) for ns in spaces for w in slots]
+        # arrays of NULLs go as NULL: an array costs the client ~3 us to send
+        params: dict[str, Any] = {
+            "tsq": " | ".join(words),
+            "kw": slots,
+            "knn": spaces,
+            "knr": rows if any(n is not None for n in rows) else None,
+            "kne": size if None in rows else None,
+            "knl": [n > COUNT_UP_TO or 4 * n >= total for n in size] if None in df else None,
+            "kpd": df if any(d is not None for d in df) else None,
+        }
+        return Lookup(slots, params, spaces, cached, fresh, parsed)
+
+    def learn(self, lookup: Lookup, counted: Sequence[tuple[Any, ...]]) -> bool:
+        """Cache the counts a statement made for ``lookup`` (`memini.postgres._search.
+        counts`: leg ``w`` a word's df, ``n`` a namespace's rows). Returns whether the
+        statement weighed the query as it is: False when its slots, not parsed before,
+        are all stopwords (search again, as stopwords alone)."""
+        spaces, fresh = lookup.spaces, lookup.fresh
+        made = [r for r in counted if r[0] in ("w", "n")]
+        if made:  # (a fresh namespace's rows come back whenever the statement weighs words)
             with self._lock:
+                if len(self._parsed) > _MAX_WORDS:
+                    self._parsed.clear()
                 if sum(len(c.words) for c in self._cache.values()) > _MAX_WORDS:
                     self._cache.clear()
+                for leg, i, word, query, n in made:
+                    c = fresh.get(spaces[i]) or lookup.cached[spaces[i]]
+                    if c is None:
+                        continue
+                    if leg == "n":
+                        c.rows = float(n)
+                    else:
+                        c.words[word] = (query, int(n))
+                        self._parsed[word] = lookup.parsed[word] = query
                 for ns, c in fresh.items():
-                    old = cached[ns]
+                    old = lookup.cached[ns]
+                    if c.rows is None:  # not counted: the statement weighed no word
+                        continue
                     # aged out: the other words' counts still hold while N has moved less
                     # than a sixteenth
                     if (
                         old is not None
+                        and old.rows is not None
                         and self._cache.get(ns) is old
                         and abs(c.rows - old.rows) <= old.rows // 16
                     ):
                         c.words = {**old.words, **c.words}
                         c.written = old.written
                     self._cache[ns] = c
-        total = sum(c.rows for c in got.values())
-        out: dict[str, tuple[str, float]] = {}
-        for w in words:
-            query = got[spaces[0]].words[w][0]
-            if query and query not in out:
-                df = sum(c.words[w][1] for c in got.values())
-                out[query] = (w, math.log(1 + (max(total, df) - df + 0.5) / (df + 0.5)))
-        return list(out.values())
+        return not lookup.slots or any(lookup.parsed.get(w) for w in lookup.slots)
+
+
+def _df(counts: _Counts, word: str) -> int | None:
+    hit = counts.words.get(word)
+    return None if hit is None else hit[1]

@@ -16,6 +16,11 @@ Each connection's session is set once, when it opens (`_configure`):
 - ``max_parallel_workers_per_gather = 0``: a search is too short for parallel workers, whose
   start costs milliseconds, and a generic plan would start them even for a branch that a
   one-time filter turns off (measured: 8.4 ms instead of 0.5 for a keyword search).
+- ``random_page_cost = 1.1`` (PostgreSQL's default is 4, for spinning disks): the cost of
+  a page read out of order, as on an SSD or in the cache. At 4 the HNSW scan of a graph
+  walk at ``hnsw.ef_search`` 64 cost the planner more than reading a table of 2,000 rows
+  whole and sorting it (611): recall's statement took 2.7 ms of server CPU that way, 1.7-1.9
+  with the HNSW scan (benches/bench_postgres.py's rows and queries).
 - ``hnsw.iterative_scan = relaxed_order``: a filtered graph walk goes on until it finds
   enough rows; the order it returns them in does not matter, as every hit is rescored.
 - ``hnsw.ef_search`` differs between calls (it follows ``k`` and the filter), so `Conn`
@@ -52,6 +57,7 @@ DEFAULT_EF_SEARCH: Final = 64
 _SESSION: Final = (
     "SET plan_cache_mode = force_generic_plan; "
     "SET max_parallel_workers_per_gather = 0; "
+    "SET random_page_cost = 1.1; "
     "SET hnsw.iterative_scan = relaxed_order; "
     f"SET hnsw.ef_search = {DEFAULT_EF_SEARCH}"
 )

@@ -18,11 +18,13 @@ plans, relaxed iterative scans), built per filter shape with ``k`` written into 
 - **keyword**: full-text match through the GIN index on ``words``, ranked by the sum over
   the query's words of ``ts_rank`` (the word's weight in the row) times the word's inverse
   document frequency in the namespaces searched (`memini.postgres._frequencies`: cached
-  counts, passed as parameters): a word in nearly every row there (a user's name in their
-  own facts) weighs nearly nothing.
+  counts passed as parameters, the missing ones counted in the statement, ``_WEIGHTS``,
+  and returned after its answer, `counts`): a word in nearly every row there (a user's
+  name in their own facts) weighs nearly nothing.
 - **recall**: both legs of every source namespace and the candidates' timeline neighbours in
   one statement, returning only what the fusion needs (the candidates' standing columns and
-  the vector leg's vectors); a second statement reads the full rows of the final ``k``.
+  the vector leg's vectors) and the counts it made (the keyword weights', a namespace's
+  rows for its coherence); a second statement reads the full rows of the final ``k``.
 
 `Sizes` chooses between the walk and the exact scan from PostgreSQL's own planner
 statistics (row count, namespace and tag frequencies), refreshed at most every
@@ -50,12 +52,15 @@ if TYPE_CHECKING:
     from memini.postgres._pool import Conn
 
 __all__ = [
+    "COUNT_UP_TO",
+    "KEYWORD_RANK",
     "MAX_EF_SEARCH",
+    "RECALL_RANK",
     "REFRESH_SECONDS",
     "STANDING",
     "TS_CONFIG",
     "Sizes",
-    "keyword_params",
+    "counts",
     "keyword_sql",
     "recall_sql",
     "vector_sql",
@@ -162,29 +167,88 @@ def vector_sql(metric: str, dims: int, cond: str, k: int, graph: bool) -> str:
     return f"WITH {ctes} {rows}"
 
 
-def keyword_params(words: Sequence[str], weights: Sequence[tuple[str, float]]) -> dict[str, Any]:
-    """The keyword leg's parameters: the query's ``words`` (`memini.postgres._rows.
-    query_words`) OR-ed, and those that weigh one by one with their weights
-    (`memini.postgres._frequencies.Frequencies.weights`)."""
-    params: dict[str, Any] = {"tsq": " | ".join(words)}
-    for j, (word, idf) in enumerate(weights):
-        params[f"kw{j}"], params[f"ki{j}"] = word, idf
-    return params
+COUNT_UP_TO: Final = 4096
+"""A namespace's rows are counted up to this many for its words' weights; more, and the
+planner statistics' estimate stands in (`memini.postgres._frequencies`)."""
+
+# The keyword leg's weights (`memini.postgres._frequencies.Lookup.params`): the words it
+# weighs, ``kq`` (slot ``j`` from 1, the word, its query and the query's text: empty for a
+# stopword); each namespace's rows, ``kn`` (``i`` from 0): the cached count, else counted up
+# to COUNT_UP_TO (above, the larger of that and the planner's estimate); each (namespace,
+# slot) pair's df, ``kc``: the cached one (``kpd``, namespace by namespace), else counted
+# through the GIN index in a ``large`` namespace, else through the namespace's index (each
+# condition the other index could serve made opaque to the planner); each slot's idf,
+# ``ki``: BM25's over the namespaces' sums, none for a stopword or a stem an earlier slot
+# has. An array of NULLs may be passed as NULL (shorter arrays pad with NULLs).
+_WEIGHTS: Final = (
+    "kq AS MATERIALIZED (SELECT u.j, u.w, q, q::text AS qt FROM unnest(%(kw)s::text[]) "
+    f"WITH ORDINALITY u(w, j), to_tsquery('{TS_CONFIG}', u.w) q), "
+    "kn AS MATERIALIZED (SELECT n.i - 1 AS i, n.ns, n.large, n.rows IS NULL AS counted, "
+    f"coalesce(n.rows, (SELECT CASE WHEN c < {COUNT_UP_TO} THEN c ELSE greatest(c, n.est) END "
+    "FROM (SELECT count(*)::float8 AS c FROM (SELECT FROM memories WHERE namespace = n.ns "
+    f"LIMIT {COUNT_UP_TO}) x) y)) AS rows "
+    "FROM unnest(%(knn)s::text[], %(knr)s::float8[], %(kne)s::float8[], %(knl)s::bool[]) "
+    "WITH ORDINALITY n(ns, rows, est, large, i)), "
+    "kc AS MATERIALIZED (SELECT n.i, kq.j, kq.w, kq.qt, p.df IS NULL AS counted, "
+    "CASE WHEN p.df IS NOT NULL THEN p.df WHEN numnode(kq.q) = 0 THEN 0 WHEN n.large "
+    "THEN (SELECT count(*) FROM memories WHERE words @@ kq.q "
+    "AND CASE WHEN namespace = n.ns THEN true ELSE false END) "
+    "ELSE (SELECT count(*) FROM memories WHERE namespace = n.ns "
+    "AND CASE WHEN words @@ kq.q THEN true ELSE false END) END AS df "
+    "FROM kn n CROSS JOIN kq, "
+    "LATERAL (SELECT (%(kpd)s::int8[])[n.i * cardinality(%(kw)s::text[]) + kq.j] AS df) p), "
+    "ki AS MATERIALIZED (SELECT kq.j, kq.q, CASE WHEN kq.qt = '' OR EXISTS (SELECT FROM kq e "
+    "WHERE e.qt = kq.qt AND e.j < kq.j) THEN 0::float8 "
+    "ELSE ln(1 + (greatest(t.n, d.df) - d.df + 0.5) / (d.df + 0.5)) END AS idf "
+    "FROM kq, (SELECT sum(rows) AS n FROM kn) t, "
+    "LATERAL (SELECT sum(df)::float8 AS df FROM kc WHERE kc.j = kq.j) d)"
+)
+
+
+def _counted(width: int, rank_at: int) -> str:
+    """The counts the `_WEIGHTS` CTEs made (not passed in), as ``UNION ALL`` rows of a
+    statement of ``width`` columns: leg ``w`` (a word's df) or ``n`` (a namespace's rows),
+    the namespace's index, the word, its query text, and the count in the column at
+    ``rank_at`` (`counts`)."""
+
+    def row(leg: str, word: str, qt: str, n: str) -> str:
+        cols = [f"'{leg}'", "i", word, qt, *["NULL"] * (width - 4)]
+        cols[rank_at] = f"{n}::float8"
+        return ", ".join(cols)
+
+    return (
+        f" UNION ALL SELECT {row('w', 'w', 'qt', 'df')} FROM kc WHERE counted"
+        f" UNION ALL SELECT {row('n', 'NULL', 'NULL', 'rows')} FROM kn WHERE counted"
+    )
+
+
+def counts(rows: Sequence[tuple[Any, ...]], rank_at: int) -> list[tuple[Any, ...]]:
+    """The count rows of a keyword or recall statement (legs other than its answer's:
+    ``w``/``n`` of `_counted`, ``c`` of recall's coherence counts) as (leg, index, word,
+    query text, count)."""
+    return [(r[0], r[1], r[2], r[3], r[rank_at]) for r in rows if r[0] in _COUNT_LEGS]
+
+
+_COUNT_LEGS: Final = frozenset("wnc")
+KEYWORD_RANK: Final = 2 + len(COLUMNS)
+"""The column of a keyword statement's rank: its rows are the leg (``k``), 0, the
+`COLUMNS` and the rank, then the `counts`."""
 
 
 def _keyword_ranked(cond: str, k: int, terms: int, cols: Sequence[str]) -> str:
     """The keyword leg over ``cond`` (namespace included): ``cols`` and the rank of the best
-    ``k`` rows, each of the ``terms`` words' ``ts_rank`` times its weight (`keyword_params`).
+    ``k`` rows, each of the ``terms`` slots' ``ts_rank`` times its weight (`_WEIGHTS`).
 
-    The queries are parsed once, in ``FROM``; the rows come from the GIN index on ``words``
-    (``cond`` is opaque, see `_opaque`: written plainly, the generic plan of a large
-    namespace read the whole namespace through its btree index instead). Each row's
+    The query is parsed once, in ``FROM``, and each slot's query and weight once, as the
+    plan's parameters (scalar subqueries of ``ki``); the rows come from the GIN index on
+    ``words`` (``cond`` is opaque, see `_opaque`: written plainly, the generic plan of a
+    large namespace read the whole namespace through its btree index instead). Each row's
     ``words`` is read once, into ``d`` (a copy, kept from the planner by ``OFFSET 0``):
     long rows keep it out of line, and each word's ``ts_rank`` read it from there again
     (6% of a two-word statement's time, 20% at seven words). The ``cols`` are read for the
-    best ``k`` alone, by their ``ctid``. A query of stopwords alone (no word weighs,
-    ``terms`` 0) searches its words as they are, unindexed, ranked by ``ts_rank`` alone, as
-    the embedded store keeps them when nothing else is left."""
+    best ``k`` alone, by their ``ctid``. A query of stopwords alone (``terms`` 0) searches
+    its words as they are, unindexed, ranked by ``ts_rank`` alone, as the embedded store
+    keeps them when nothing else is left."""
     if terms == 0:
         ranked = (
             f"SELECT ctid AS t, ts_rank({_PLAIN_DOC}, q)::float8 AS rank FROM memories, "
@@ -192,12 +256,13 @@ def _keyword_ranked(cond: str, k: int, terms: int, cols: Sequence[str]) -> str:
             f"ORDER BY rank DESC, id LIMIT {k}"
         )
     else:
-        queries = "".join(f", to_tsquery('{TS_CONFIG}', %(kw{j})s) q{j}" for j in range(terms))
-        rank = " + ".join(f"ts_rank(d, q{j}) * %(ki{j})s" for j in range(terms))
+        rank = " + ".join(
+            f"ts_rank(d, (SELECT q FROM ki WHERE j = {j})) * (SELECT idf FROM ki WHERE j = {j})"
+            for j in range(1, terms + 1)
+        )
         ranked = (
             f"SELECT t, ({rank})::float8 AS rank FROM (SELECT ctid AS t, id AS o, "
-            f"setweight(words, 'D') AS d{''.join(f', q{j}' for j in range(terms))} "
-            f"FROM memories, to_tsquery('{TS_CONFIG}', %(tsq)s) q{queries} "
+            f"setweight(words, 'D') AS d FROM memories, to_tsquery('{TS_CONFIG}', %(tsq)s) q "
             f"WHERE words @@ q AND {_opaque(cond)} OFFSET 0) x ORDER BY rank DESC, o LIMIT {k}"
         )
     return (
@@ -208,10 +273,19 @@ def _keyword_ranked(cond: str, k: int, terms: int, cols: Sequence[str]) -> str:
 
 @functools.lru_cache(maxsize=256)
 def keyword_sql(cond: str, k: int, terms: int) -> str:
-    """The keyword search of one namespace (``%(ns)s``, `keyword_params` of ``terms``
-    weighing words, the filter's parameters): rows of ``SELECT`` plus the rank, in no order
-    (best first is by rank descending, then id)."""
-    return _keyword_ranked(f"namespace = %(ns)s AND {cond}", k, terms, COLUMNS)
+    """The keyword search of one namespace (``%(ns)s``, the `memini.postgres._frequencies.
+    Lookup.params` of ``terms`` slots, the filter's parameters): rows of ``k``, 0,
+    ``SELECT`` and the rank, in no order (best first is by rank descending, then id), then
+    the `counts` it made."""
+    ranked = _keyword_ranked(f"namespace = %(ns)s AND {cond}", k, terms, COLUMNS)
+    sql = f"SELECT 'k', 0, {ranked.removeprefix('SELECT ')}"
+    if terms == 0:
+        return sql
+    return f"WITH {_WEIGHTS} {sql}{_counted(KEYWORD_RANK + 1, KEYWORD_RANK)}"
+
+
+RECALL_RANK: Final = 3 + len(STANDING)
+"""The column of a recall statement's keyword rank (`recall_sql`)."""
 
 
 def recall_sql(
@@ -224,6 +298,7 @@ def recall_sql(
     terms: int,
     pool: int,
     context: bool,
+    count: Sequence[int] = (),
 ) -> tuple[str, dict[str, Any]]:
     """Recall's first statement: every leg of every source and the timeline neighbours.
 
@@ -233,21 +308,25 @@ def recall_sql(
         spec: The filter (the same for every source).
         sources: (namespace, the tiers it may contribute or None for all), each namespace once.
         graph: Per source, whether its vector leg walks the graph; None: no vector leg.
-        keyword: The keyword leg's `keyword_params`; None: no keyword leg.
-        terms: The keyword leg's weighing words.
+        keyword: The keyword leg's `memini.postgres._frequencies.Lookup.params`; None: no
+            keyword leg.
+        terms: The keyword leg's slots (0: stopwords alone).
         pool: Candidates per leg and source.
         context: Whether to add each candidate's timeline neighbours.
+        count: The sources whose rows it counts (for their coherence,
+            `memini.postgres._coherence`).
 
     Returns:
         The SQL and its parameters (``%(q)s``, the vector, is left to the caller). Its rows:
         ``leg`` ('v' graph, 'e' exact, 'k' keyword), source index, the `STANDING` columns,
-        the vector ('v'/'e' rows), the keyword rank ('k' rows), the row's ``seq``, then with
-        ``context`` the ``seq`` of the previous and next rows in the namespace's timeline when
-        they are candidates too (else NULL).
+        the vector ('v'/'e' rows), the keyword rank ('k' rows, `RECALL_RANK`), the row's
+        ``seq``, then with ``context`` the ``seq`` of the previous and next rows in the
+        namespace's timeline when they are candidates too (else NULL); then the `counts`
+        (the keyword leg's, and leg 'c': a ``count`` source's rows).
     """
     params: dict[str, Any] = {}
     cond = where(spec, params)
-    ctes: list[str] = []
+    ctes: list[str] = [_WEIGHTS] if keyword is not None and terms > 0 else []
     legs: list[str] = []
     for i, (ns, tiers) in enumerate(sources):
         params[f"ns{i}"] = ns
@@ -282,12 +361,18 @@ def recall_sql(
     if keyword is not None:
         params.update(keyword)
     out = ", ".join(f"l.{c}" for c in STANDING)
+    width = RECALL_RANK + 2 + 2 * context
+    tail = _counted(width, RECALL_RANK) if keyword is not None and terms > 0 else ""
+    for i in count:
+        cols = ["'c'", str(i), *["NULL"] * (width - 2)]
+        cols[RECALL_RANK] = f"(SELECT count(*) FROM memories WHERE namespace = %(ns{i})s)::float8"
+        tail += f" UNION ALL SELECT {', '.join(cols)}"
     sql = (
         f"WITH {', '.join(ctes)}, legs AS ({' UNION ALL '.join(legs)}) "
         f"SELECT l.leg, l.src, {out}, l.embedding, l.rank, l.seq"
     )
     if not context:
-        return f"{sql} FROM legs l", params
+        return f"{sql} FROM legs l{tail}", params
     # the fusion uses a neighbour only when it is a candidate too: two candidates next to
     # each other in their namespace's timeline (created_at, then seq) are neighbours when no
     # row lies between them, one probe of the timeline index per pair (where looking up
@@ -303,7 +388,7 @@ def recall_sql(
         "AND (m.created_at, m.seq) > (p.before_at, p.before) "
         "AND (m.created_at, m.seq) < (p.created_at, p.seq))) "
         f"SELECT l.leg, l.src, {out}, l.embedding, l.rank, l.seq, a.prev, b.next "
-        "FROM legs l LEFT JOIN near a ON a.next = l.seq LEFT JOIN near b ON b.prev = l.seq"
+        f"FROM legs l LEFT JOIN near a ON a.next = l.seq LEFT JOIN near b ON b.prev = l.seq{tail}"
     ), params
 
 
@@ -389,6 +474,10 @@ class Sizes:
         """The estimated row count of ``namespace``."""
         snap = self._snapshot(conn)
         return snap.ns.get(namespace, snap.ns_other) * snap.rows
+
+    def total(self, conn: Conn) -> float:
+        """The estimated row count of the table."""
+        return self._snapshot(conn).rows
 
     def plan(
         self,
