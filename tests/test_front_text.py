@@ -179,6 +179,42 @@ def test_the_front_embeds_with_the_stores_own_embedder(texted: Server) -> None:
     assert embedder._core.passes - passes < len(queries)
 
 
+def _front_threads() -> set[int]:
+    """The ids of this process's threads of the front's runtime (its workers and its
+    blocking threads share the name)."""
+    tasks = Path("/proc/self/task")
+    return {
+        int(t.name) for t in tasks.iterdir() if (t / "comm").read_text().strip() == "memini-front"
+    }
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_only_a_recall_that_embeds_leaves_the_fronts_workers(tmp_path: Path) -> None:
+    """With the core's embedder, a recall with a vector (or a blank query) is answered on the
+    runtime's worker that read it, as without an embedder: only a query to embed (which
+    waits in the embedder's queue) goes to a blocking thread, the first one started then."""
+    server = _open(tmp_path / "s", LocalEmbedder())
+    try:
+        before = _front_threads()
+        v = np.asarray(LocalEmbedder().embed(["charts"])[0], np.float32)
+        bodies = [
+            {"namespace": "org/a", "query": "charts", "vector": v.tolist()},
+            {"namespace": "org/a", "query": "charts", "vector": wire.vector_to_base64(v)},
+            {"namespace": "org/a", "query": " "},
+        ]
+        for body in bodies * 3:
+            r, native = _native(server, ADMIN, "recall", wire.dumps(body))
+            assert native and r.status_code == 200, r.text
+        assert _front_threads() <= before
+        r, native = _native(
+            server, ADMIN, "recall", wire.dumps({"namespace": "org/a", "query": "q"})
+        )
+        assert native and r.status_code == 200
+        assert _front_threads() - before
+    finally:
+        server.stop()
+
+
 def test_text_recall_with_another_embedder_goes_to_the_app(tmp_path: Path) -> None:
     """A store whose embedder is Python's (not the core's model): its text recalls are the
     app's (the embedder is called once per recall); a blank query needs no embedder and is

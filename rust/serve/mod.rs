@@ -490,38 +490,51 @@ async fn handle(
     let keys = shared.keys.read().clone();
     let decision = keys.decide(parts.headers.get(AUTHORIZATION).map(HeaderValue::as_bytes));
     let answer = match route_here(&shared, &parts) {
-        // a durable commit waits for the disk, a recall may embed its query (waiting in the
-        // embedder's queue): never on the runtime's threads
-        Some(route)
-            if native::WRITES.contains(&route)
-                || (route == "recall" && shared.embedder.is_some()) =>
-        {
-            let (shared, keys, decision, body) =
-                (shared.clone(), keys.clone(), decision.clone(), body.clone());
-            match tokio::task::spawn_blocking(move || {
-                answer_here(&shared, &keys, &decision, route, &body, t0)
-            })
-            .await
-            {
-                Ok(answer) => answer,
-                // a bug: never forwarded, since a write may have committed before it
-                Err(e) => {
-                    log::error!("{route}() failed inside the front: {e}");
-                    Some(error(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "MeminiError",
-                        &format!("{route}() failed inside the server (logged)"),
-                    ))
-                }
-            }
+        // a durable commit waits for the disk: never on the runtime's threads
+        Some(route) if native::WRITES.contains(&route) => {
+            off_runtime(&shared, &keys, &decision, route, &body, t0).await
         }
-        Some(route) => answer_here(&shared, &keys, &decision, route, &body, t0),
+        Some(route) => match answer_here(&shared, &keys, &decision, route, &body, t0, false) {
+            Ok(answer) => answer,
+            // a recall that embeds its query waits in the embedder's queue: off them too
+            Err(native::Waits) => off_runtime(&shared, &keys, &decision, route, &body, t0).await,
+        },
         None => None,
     };
     if let Some(answer) = answer {
         return Ok(answer);
     }
     Ok(forward(&shared, &upstream, parts, body, &decision).await)
+}
+
+/// `answer_here` on a blocking thread, where the call may wait.
+async fn off_runtime(
+    shared: &Arc<Shared>,
+    keys: &Arc<Keys>,
+    decision: &Decision,
+    route: &'static str,
+    body: &Bytes,
+    t0: Instant,
+) -> Option<Response<Body>> {
+    let (shared, keys, decision, body) =
+        (shared.clone(), keys.clone(), decision.clone(), body.clone());
+    match tokio::task::spawn_blocking(move || {
+        answer_here(&shared, &keys, &decision, route, &body, t0, true)
+    })
+    .await
+    {
+        // Waits is only answered where the call may not wait
+        Ok(answer) => answer.ok().flatten(),
+        // a bug: never forwarded, since a write may have committed before it
+        Err(e) => {
+            log::error!("{route}() failed inside the front: {e}");
+            Some(error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "MeminiError",
+                &format!("{route}() failed inside the server (logged)"),
+            ))
+        }
+    }
 }
 
 /// The route of `native::ROUTES` a request may be answered by here.
@@ -534,7 +547,8 @@ fn route_here(shared: &Shared, parts: &hyper::http::request::Parts) -> Option<&'
     native::ROUTES.into_iter().find(|r| *r == route)
 }
 
-/// The answer of a hot route the front is sure of (`native`, `writes`), None to forward.
+/// The answer of a hot route the front is sure of (`native`, `writes`), None to forward;
+/// [`native::Waits`] for a call that would wait where it may not (`may_wait`).
 fn answer_here(
     shared: &Shared,
     keys: &Keys,
@@ -542,9 +556,14 @@ fn answer_here(
     route: &'static str,
     body: &[u8],
     t0: Instant,
-) -> Option<Response<Body>> {
-    let engine = shared.engine.as_deref()?;
-    let _counted = shared.native.enter()?;
+    may_wait: bool,
+) -> Result<Option<Response<Body>>, native::Waits> {
+    let Some(engine) = shared.engine.as_deref() else {
+        return Ok(None);
+    };
+    let Some(_counted) = shared.native.enter() else {
+        return Ok(None);
+    };
     let call = native::Call {
         engine,
         keys,
@@ -552,20 +571,24 @@ fn answer_here(
         events: shared.events.as_deref(),
         embedder: shared.embedder.as_deref(),
         written: &shared.written,
+        may_wait,
     };
     let json = match route {
-        "count" => native::count(&call, body)?,
-        "get" => native::get(&call, body)?,
-        "list" => native::list(&call, body)?,
-        "vector_search" => native::vector_search(&call, body)?,
-        "vector_search_many" => native::vector_search_many(&call, body)?,
-        "keyword_search" => native::keyword_search(&call, body)?,
+        "count" => native::count(&call, body),
+        "get" => native::get(&call, body),
+        "list" => native::list(&call, body),
+        "vector_search" => native::vector_search(&call, body),
+        "vector_search_many" => native::vector_search_many(&call, body),
+        "keyword_search" => native::keyword_search(&call, body),
         "recall" => native::recall(&call, body)?,
-        "upsert" => writes::upsert(&call, body)?,
-        "upsert_many" => writes::upsert_many(&call, body)?,
-        "delete" => writes::delete(&call, body)?,
-        "update" => writes::update(&call, body)?,
-        _ => return None,
+        "upsert" => writes::upsert(&call, body),
+        "upsert_many" => writes::upsert_many(&call, body),
+        "delete" => writes::delete(&call, body),
+        "update" => writes::update(&call, body),
+        _ => None,
+    };
+    let Some(json) = json else {
+        return Ok(None);
     };
     let mut answer = Response::new(full(json.into()));
     answer.headers_mut().insert(
@@ -573,7 +596,7 @@ fn answer_here(
         HeaderValue::from_static("application/json"),
     );
     shared.observed.record(route, t0.elapsed().as_secs_f64());
-    Some(answer)
+    Ok(Some(answer))
 }
 
 /// The request handed to the Python app with the front's decision, and its answer

@@ -55,6 +55,9 @@ pub struct Call<'a> {
     pub events: Option<&'a Events>,
     /// The store's embedder when it is the core's (None: a text recall is forwarded).
     pub embedder: Option<&'a Batcher>,
+    /// Whether the call may wait here (for the embedder): false on the runtime's threads,
+    /// where a recall that embeds its query answers [`Waits`] instead.
+    pub may_wait: bool,
     /// Where a write's store metrics go.
     pub written: &'a Written,
 }
@@ -189,42 +192,64 @@ impl<'de> Visitor<'de> for VectorVisitor {
     }
 }
 
-/// Standard base64 with padding, decoded; None for anything but its canonical form (the app
-/// reads the rest, or names what is wrong).
-fn base64(text: &str) -> Option<Vec<u8>> {
-    fn sextet(c: u8) -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
+/// Each byte's base64 sextet (standard alphabet), [`NOT_BASE64`] for any other byte
+/// (`=` included: only padding, at the end, may hold it).
+const SEXTETS: [u8; 256] = {
+    let mut table = [NOT_BASE64; 256];
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut i = 0;
+    while i < 64 {
+        #[allow(clippy::cast_possible_truncation, reason = "i < 64")]
+        let sextet = i as u8;
+        table[alphabet[i] as usize] = sextet;
+        i += 1;
     }
+    table
+};
+
+const NOT_BASE64: u8 = 0x80;
+
+/// Standard base64 with padding, decoded; None for anything but its canonical form (the app
+/// reads the rest, or names what is wrong). A table lookup per character, one check per
+/// four: a served query vector is 2 KB of it.
+fn base64(text: &str) -> Option<Vec<u8>> {
     let raw = text.as_bytes();
     if !raw.len().is_multiple_of(4) {
         return None;
     }
+    let pad = raw.iter().rev().take(2).take_while(|&&c| c == b'=').count();
+    let data = &raw[..raw.len() - pad];
     let mut out = Vec::with_capacity(raw.len() / 4 * 3);
-    for (i, quad) in raw.chunks_exact(4).enumerate() {
-        let last = i + 1 == raw.len() / 4;
-        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
+    let mut quads = data.chunks_exact(4);
+    for quad in &mut quads {
+        let s = [quad[0], quad[1], quad[2], quad[3]].map(|c| SEXTETS[usize::from(c)]);
+        if (s[0] | s[1] | s[2] | s[3]) & NOT_BASE64 != 0 {
             return None;
         }
-        let mut n = 0u32;
-        for &c in &quad[..4 - pad] {
-            n = (n << 6) | sextet(c)?;
-        }
-        n <<= 6 * pad;
-        let bytes = n.to_be_bytes();
-        // the bits padding leaves out must be zero (the canonical form)
-        if (pad == 1 && bytes[3] != 0) || (pad == 2 && bytes[2] != 0) {
-            return None;
-        }
-        out.extend_from_slice(&bytes[1..4 - pad]);
+        let n =
+            u32::from(s[0]) << 18 | u32::from(s[1]) << 12 | u32::from(s[2]) << 6 | u32::from(s[3]);
+        out.extend_from_slice(&n.to_be_bytes()[1..]);
     }
+    // the last quad's characters before its padding: 2 (one byte) or 3 (two bytes)
+    let rest = quads.remainder();
+    if rest.is_empty() {
+        return Some(out);
+    }
+    let mut n = 0u32;
+    for &c in rest {
+        let s = SEXTETS[usize::from(c)];
+        if s & NOT_BASE64 != 0 {
+            return None;
+        }
+        n = n << 6 | u32::from(s);
+    }
+    // the bits the padding leaves out must be zero (the canonical form)
+    let bytes = match rest.len() {
+        2 if n.trailing_zeros() >= 4 => &(n >> 4).to_be_bytes()[3..],
+        3 if n.trailing_zeros() >= 2 => &(n >> 2).to_be_bytes()[2..],
+        _ => return None,
+    };
+    out.extend_from_slice(bytes);
     Some(out)
 }
 
@@ -423,8 +448,18 @@ struct RecallArgs {
 /// `reinforce`, and a vector, a blank query (no vector then: `Store._embed_query`) or a query
 /// the server's local embedder embeds here (blocking: its queue batches it with the other
 /// callers'): the answer's JSON (its event rows queued, with the query), or None to forward
-/// (the query of a store with another embedder, or none, included).
-pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
+/// (the query of a store with another embedder, or none, included); [`Waits`] for a query
+/// to embed when the call may not wait (nothing done: it is to be answered again where it
+/// may).
+pub fn recall(call: &Call<'_>, body: &[u8]) -> Result<Option<Vec<u8>>, Waits> {
+    recall_answer(call, body).transpose()
+}
+
+/// A call that would wait (for the embedder) where it may not (`Call::may_wait`).
+#[derive(Debug)]
+pub struct Waits;
+
+fn recall_answer(call: &Call<'_>, body: &[u8]) -> Option<Result<Vec<u8>, Waits>> {
     let args: RecallArgs = serde_json::from_slice(body).ok()?;
     let quality = match &args.rerank {
         serde_json::Value::Null => false,
@@ -465,11 +500,17 @@ pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
     let vector = match args.vector {
         Some(v) => Some(v.0),
         None if blank(&args.query) => None,
-        None => Some(
-            call.embedder?
-                .embed(std::slice::from_ref(&args.query), &uninterrupted())
-                .ok()?,
-        ),
+        None => {
+            let embedder = call.embedder?;
+            if !call.may_wait {
+                return Some(Err(Waits));
+            }
+            Some(
+                embedder
+                    .embed(std::slice::from_ref(&args.query), &uninterrupted())
+                    .ok()?,
+            )
+        }
     };
     let k = usize::try_from(args.k).ok()?;
     let pool = usize::try_from((5 * args.k).max(MIN_POOL)).ok()?;
@@ -507,7 +548,7 @@ pub fn recall(call: &Call<'_>, body: &[u8]) -> Option<Vec<u8>> {
             vec![hits],
         ));
     }
-    Some(json)
+    Some(Ok(json))
 }
 
 /// Whether Python's `str.strip` leaves nothing of `text` (its whitespace is Unicode's
@@ -592,6 +633,53 @@ fn hit(m: Memory, score: f64) -> events::Hit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_is_read_only_in_its_canonical_form() {
+        // RFC 4648's test vectors
+        for (text, bytes) in [
+            ("", ""),
+            ("Zg==", "f"),
+            ("Zm8=", "fo"),
+            ("Zm9v", "foo"),
+            ("Zm9vYg==", "foob"),
+            ("Zm9vYmE=", "fooba"),
+            ("Zm9vYmFy", "foobar"),
+        ] {
+            assert_eq!(base64(text).as_deref(), Some(bytes.as_bytes()), "{text}");
+        }
+        assert_eq!(base64("+/+/").as_deref(), Some(&[0xfb, 0xff, 0xbf][..]));
+        // padding bits set, padding misplaced or too long, another alphabet, whitespace
+        for text in [
+            "Zh==", "Zm9=", "Zg=", "Z===", "====", "Zg==Zg==", "Zm=v", "-_-_", "Zm9v\n", " Zm9v",
+        ] {
+            assert_eq!(base64(text), None, "{text}");
+        }
+        // every byte value in every position, through each padding length
+        let bytes: Vec<u8> = (0..=255).chain((0..=255).rev()).collect();
+        for len in 0..bytes.len() {
+            let text = encoded(&bytes[..len]);
+            assert_eq!(base64(&text).as_deref(), Some(&bytes[..len]), "{len}");
+        }
+    }
+
+    /// Standard padded base64 of `bytes`, written the plain way (the test's reference).
+    fn encoded(bytes: &[u8]) -> String {
+        let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n =
+                chunk.iter().fold(0u32, |n, &b| n << 8 | u32::from(b)) << (8 * (3 - chunk.len()));
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(char::from(alphabet[(n >> (18 - 6 * i) & 63) as usize]));
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
 
     #[test]
     fn blank_is_what_python_strips() {
