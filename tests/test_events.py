@@ -901,3 +901,128 @@ def test_a_batch_of_many_rows_keeps_its_order_and_values(meta: MetaDB, n: int) -
     ]
     assert {e.query for e in got} == {f"Q{e.op_id[2:]}" for e in got}
     assert {e.op_id for e in meta.list_events(EventFilter(text="q5"))} == {"op5"}
+
+
+def _stored(meta: MetaDB) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Every stored value of the event tables with its SQLite type, a REAL as `float.hex`
+    (bit for bit, where ``==`` would take ``-0.0`` for ``0.0``)."""
+
+    def exact(v: object) -> object:
+        return v.hex() if isinstance(v, float) else v
+
+    with meta._locked() as conn:
+        events = conn.execute("SELECT *, typeof(score), typeof(rank) FROM events ORDER BY id")
+        queries = conn.execute("SELECT *, typeof(created_at) FROM event_queries ORDER BY op_id")
+        return (
+            [tuple(map(exact, r)) for r in events.fetchall()],
+            [tuple(map(exact, r)) for r in queries.fetchall()],
+        )
+
+
+def _both_ways(
+    rows: list[events_module.EventRow], call: tuple[Any, ...], packed: bool = True
+) -> tuple[MetaDB, MetaDB, events_module.PackedRows | None]:
+    """A search's rows stored after ``rows`` as tuples in one store and as the core packs
+    them (JSON, expanded by SQLite) in another, each in one batch."""
+    from memini._core import search_event_rows
+
+    tuples, queries, none = search_event_rows(*call, events_module.fold)
+    assert none is None
+    _, _, pack = search_event_rows(*call, events_module.fold, packed)
+    old, new = MetaDB.open(None), MetaDB.open(None)
+    assert new.packs_events
+    old.append_event_rows(rows + tuples, queries)
+    if pack is None:  # carried as tuples
+        new.append_event_rows(rows + tuples, queries)
+    else:
+        new.append_event_rows(rows, [], pack)
+    return old, new, pack
+
+
+_NO_NUL_CHAR = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
+_NO_NUL = st.text(_NO_NUL_CHAR, max_size=300)
+_F32_HIT = st.tuples(  # what a served search's hits are like: f32 scores, |score| < 2^63
+    st.text(_NO_NUL_CHAR, min_size=1, max_size=30),
+    _NO_NUL,
+    st.sampled_from([t.value for t in Tier]),
+    _NO_NUL,
+    st.floats(-(2.0**63), 2.0**63, exclude_min=True, exclude_max=True, width=32),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    packable=st.booleans(),
+    method=st.sampled_from(["vector_search", "recall", "vector_search_many"]),
+    before=st.integers(0, 3),
+    now=st.integers(-(2**63), 2**63 - 1),
+    data=st.data(),
+)
+def test_packed_rows_are_stored_exactly_as_their_tuples(
+    packable: bool, method: str, before: int, now: int, data: st.DataObject
+) -> None:
+    """A search's rows packed by the core as JSON and expanded by SQLite (`PackedRows`, the
+    served path) are stored value for value and type for type as their tuples bound one by
+    one: texts with unicode, control characters, quotes and backslashes, detail JSON kept
+    as its text, scores bit for bit (subnormal, negative, huge, -0.0; None for a query
+    that found nothing), any created_at; after rows of the same batch given as tuples,
+    with contiguous ids. Every batch without a NUL whose scores are f32 (< 2^63) travels
+    packed; a value JSON would not carry exactly (NUL, a score with no exact form) sends
+    the batch as tuples."""
+    from memini.types import new_id
+
+    text, hit = (_NO_NUL, _F32_HIT) if packable else (_TEXT, _HIT)
+    caller = data.draw(text)
+    searched = data.draw(st.lists(text, min_size=1, max_size=3))
+    query = data.draw(text)
+    many = 3 if method == "vector_search_many" else 1
+    results = data.draw(st.lists(st.lists(hit, max_size=12), min_size=1, max_size=many))
+    rows = [
+        events_module.event_row("op0", "remember", "ns", "", f"m{i}", "ns", None, "", i, None,
+                                "{}", 5)
+        for i in range(before)
+    ]  # fmt: skip
+    call = (new_id(), method, caller, "10", searched, query, now, results)
+    old, new, pack = _both_ways(rows, call)
+    try:
+        assert _stored(new) == _stored(old)
+        if pack is None:
+            assert not packable
+            texts = [caller, query, *searched, *(t for hs in results for h in hs for t in h[:4])]
+            scores = [h[4] for hs in results for h in hs]
+            assert any("\x00" in t for t in texts) or any(
+                s != 0 and (abs(s) < 2**-133 or abs(s) >= 2**63) for s in scores
+            )
+        else:
+            assert pack[2] == len(_stored(new)[0]) - before
+    finally:
+        old.close()
+        new.close()
+
+
+@pytest.mark.parametrize(
+    ("summary", "score", "packs"),
+    [
+        ("plain", 0.8125, True),
+        ('{"a": [1, 2.50, "\\u00e9"]}\t\\', -3.5e-15, True),
+        ("émoji 😀 ΣΑΣ Straße", float.fromhex("0x1.fffffffffffffp-133"), True),
+        ("f32", float.fromhex("0x1p-149"), True),  # every f32 travels: a search's scores
+        ("a\x00b", 0.5, False),  # SQLite < 3.45 cuts a JSON string at \u0000
+        ("tiny", 5e-324, False),  # 2^-1074: more than three shifts of 62
+        ("huge", 2.0**63, False),
+    ],
+)
+def test_a_value_json_cannot_carry_sends_the_batch_as_tuples(
+    summary: str, score: float, packs: bool
+) -> None:
+    """Which values travel packed and which send the batch as tuples; stored alike."""
+    hits = [[("id", "ns", "semantic", summary, score)]]
+    call = ("op", "recall", "c", "10", ["ns"], summary, 7, hits)
+    old, new, pack = _both_ways([], call)
+    try:
+        assert (pack is not None) == packs
+        assert _stored(new) == _stored(old)
+        assert new.list_events()[0].memory_summary == summary
+    finally:
+        old.close()
+        new.close()

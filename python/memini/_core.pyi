@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeAlias, TypeVar, final
 import numpy as np
 import numpy.typing as npt
 
-from memini.events import EventRow, OpQueryRow
+from memini.events import EventRow, OpQueryRow, PackedRows
 from memini.types import Memory, Recalled, Scored
 
 __all__ = [
@@ -109,13 +109,16 @@ def search_event_rows(
     created_at: int,
     results: list[list[tuple[str, str, str, str, float]]],
     fold: Callable[[str], str | None],
-) -> tuple[list[EventRow], list[OpQueryRow]]:
+    packed: bool = False,
+) -> tuple[list[EventRow], list[OpQueryRow], PackedRows | None]:
     """The event rows of one search (one per hit, ``(id, namespace, tier, summary, score)``,
     under its own namespace, or one per namespace in ``searched`` when a query found
     nothing; ``results``: one list per query, several only for ``vector_search_many``) and
     its query's row (none when ``query`` is empty), as `memini.events.event_row` and
     ``event_queries`` store them, under ``op_id``; ``k_json``: ``k`` as JSON; ``fold``
-    folds a non-ASCII text (ASCII is folded in the core)."""
+    folds a non-ASCII text (ASCII is folded in the core). With ``packed``: the same rows as
+    `memini.events.PackedRows` (both lists empty) unless a value cannot travel so (a NUL,
+    a score without its exact form), then as tuples (None)."""
 
 def simd(metric: str) -> dict[str, str]:
     """The SIMD kernels chosen at run time on this CPU for a store of ``metric``:
@@ -322,7 +325,8 @@ class Front:
     ``take_events`` the event rows of the searches it answered since the last take (up to
     ``event_rows`` rows queued, none when 0; made as `search_event_rows` makes them, naming
     the admin and open access as ``callers`` says), each operation's id made by ``new_id()``
-    and a non-ASCII text folded by ``fold``; ``take_writes`` the writes it answered (taken
+    and a non-ASCII text folded by ``fold`` (with ``packed``, as `search_event_rows`
+    packs them); ``take_writes`` the writes it answered (taken
     after ``take_events``, whose queue bound they share): (method, the caller's name, the
     call's namespace, created_at, one (id, namespace, tier or None, summary) per memory
     touched, the fields an ``update`` named or None); ``written`` their store metrics since
@@ -348,8 +352,8 @@ class Front:
         callers: tuple[str, str],
     ) -> None: ...
     def take_events(
-        self, new_id: Callable[[], str], fold: Callable[[str], str | None]
-    ) -> tuple[list[EventRow], list[OpQueryRow]]: ...
+        self, new_id: Callable[[], str], fold: Callable[[str], str | None], packed: bool = False
+    ) -> tuple[list[EventRow], list[OpQueryRow], PackedRows | None]: ...
     def take_writes(
         self,
     ) -> list[

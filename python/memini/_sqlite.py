@@ -224,6 +224,8 @@ class MetaDB:
         self._created = created
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self.packs_events = _events.can_unpack(conn)
+        """Whether `append_event_rows` takes `memini.events.PackedRows` (SQLite has JSON1)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -676,14 +678,16 @@ class MetaDB:
         self,
         rows: Sequence[_events.EventRow],
         queries: Sequence[_events.OpQueryRow] = (),
+        packed: _events.PackedRows | None = None,
     ) -> None:
         """`append_events` of rows built by `memini.events.event_row` (checked already),
-        with the queries their operations share (`memini._core.search_event_rows`)."""
-        if not rows:
+        with the queries their operations share (`memini._core.search_event_rows`), then
+        the ``packed`` ones (the core's, when `packs_events`)."""
+        if not rows and (packed is None or packed[2] == 0):
             with self._locked():
                 return
         with self._write() as conn:
-            _events.append_events(conn, rows, queries)
+            _events.append_events(conn, rows, queries, packed)
 
     def import_events(self, events: Sequence[Event], *, next_id: int = 0) -> None:
         """Insert events under their own ids and created_at, in one transaction (an import).

@@ -73,7 +73,9 @@ from memini.types import Event, EventFilter, EventKind, Tier
 __all__ = [
     "EventQuery",
     "OpQueryRow",
+    "PackedRows",
     "append_events",
+    "can_unpack",
     "check_event",
     "event_row",
     "fold",
@@ -312,18 +314,81 @@ def prepare_imported_events(events: Iterable[Event]) -> list[tuple[int, EventRow
     return out
 
 
+PackedRows = tuple[str, str, int]
+"""Rows and queries made by the core as two JSON texts, and the row count
+(`memini._core.Front.take_events` with ``packed``; ``crate::serve::events::pack``): each row
+the array of its `EventRow` values but the score, given as ``[m, a, b, c]`` (``score = m /
+2**(a + b + c)`` exactly, or null); each query an `OpQueryRow` as an array. SQLite expands
+them in C (``json_each``), so a batch binds two values instead of 14 per row, with the GIL
+held; the batch's values arrive exactly as their tuples would (tests/test_events.py)."""
+
+
+_SCORE = (
+    "CAST(json_extract(value, '$[9][0]') AS REAL)"
+    " / (1 << json_extract(value, '$[9][1]')) / (1 << json_extract(value, '$[9][2]'))"
+    " / (1 << json_extract(value, '$[9][3]'))"
+)
+"""A packed row's score, ``[m, a, b, c]``, as the REAL ``m / 2**a / 2**b / 2**c``: no
+decimal text parsed (SQLite's parse is not correctly rounded before 3.43), each step
+exact."""
+
+
+def _unpack(table: str, width: int) -> str:
+    """``INSERT INTO table SELECT`` the values of each array of a JSON text (`PackedRows`),
+    in array order; for ``events`` column 9 (the score) `_SCORE`."""
+
+    def value(i: int) -> str:
+        # a JSON string comes back as its text, never re-serialised (detail stays as is)
+        return _SCORE if table == "events" and i == 9 else f"json_extract(value, '$[{i}]')"
+
+    columns = f" ({_INSERT_COLUMNS})" if table == "events" else ""
+    head = "INSERT INTO events" if table == "events" else "INSERT OR REPLACE INTO event_queries"
+    values = ", ".join(value(i) for i in range(width))
+    return f"{head}{columns} SELECT {values} FROM json_each(?) ORDER BY key"
+
+
+_UNPACK_ROWS = _unpack("events", 14)
+_UNPACK_QUERIES = _unpack("event_queries", 4)
+
+
+_PROBE = '[["\\u00e9\\ud83d\\ude00\\"\\\\\\n\\u001f", 0, 0, 0, 0, 0, 0, 0, 0, [-3, 62, 62, 1]]]'
+"""A packed row with the escapes the core writes (`PackedRows` are ASCII: a character
+beyond the BMP as a UTF-16 pair) and a score of three shifts."""
+
+
+def can_unpack(conn: sqlite3.Connection) -> bool:
+    """Whether this SQLite reads `PackedRows` exactly, which `append_events` needs: it has
+    ``json_each`` (JSON1: built in since 3.38, optional before) and reads `_PROBE` back as
+    its tuple would be stored."""
+    try:
+        got = conn.execute(
+            f"SELECT json_extract(value, '$[0]'), {_SCORE} FROM json_each(?)", (_PROBE,)
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return False
+    return got == [('\u00e9\U0001f600"\\\n\x1f', -3 / 2**125)]
+
+
 def append_events(
-    conn: sqlite3.Connection, rows: Sequence[EventRow], queries: Sequence[OpQueryRow] = ()
+    conn: sqlite3.Connection,
+    rows: Sequence[EventRow],
+    queries: Sequence[OpQueryRow] = (),
+    packed: PackedRows | None = None,
 ) -> None:
-    """Insert rows in order; inside one transaction their ids are contiguous.
+    """Insert rows in order, then the ``packed`` ones; inside one transaction their ids are
+    contiguous.
 
     Args:
         conn: The connection, inside a write transaction.
         rows: Rows from `prepare_events` (or `event_row`).
         queries: The queries of the rows' operations, once each (`memini._core.search_event_rows`).
+        packed: More rows and queries, as the core packs them (only where `can_unpack`).
     """
     _insert(conn, f"INSERT INTO events ({_INSERT_COLUMNS})", 14, rows)
     _insert(conn, "INSERT OR REPLACE INTO event_queries", 4, queries)
+    if packed is not None:
+        conn.execute(_UNPACK_ROWS, (packed[0],))
+        conn.execute(_UNPACK_QUERIES, (packed[1],))
 
 
 _ROWS_PER_INSERT = 64

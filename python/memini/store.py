@@ -52,7 +52,7 @@ from memini.types import (
 
 if TYPE_CHECKING:  # memini.postgres imports psycopg: only Store.open of a URL loads it
     from memini._core import FilterSpec
-    from memini.events import EventRow, OpQueryRow
+    from memini.events import EventRow, OpQueryRow, PackedRows
     from memini.postgres import PgEngine, PgMeta
 
 __all__ = ["Store"]
@@ -1327,14 +1327,29 @@ class Store:
         self._check()
         self._meta.append_events(events)
 
+    @property
+    def _packs_events(self) -> bool:
+        """Whether `_append_event_rows` takes rows packed by the core (the SQLite log, with
+        JSON1)."""
+        return isinstance(self._meta, MetaDB) and self._meta.packs_events
+
     def _append_event_rows(
-        self, rows: builtins.list[EventRow], queries: Sequence[OpQueryRow] = ()
+        self,
+        rows: builtins.list[EventRow],
+        queries: Sequence[OpQueryRow] = (),
+        packed: PackedRows | None = None,
     ) -> None:
         """`append_events` of rows built by `memini.events.event_row` from values known
         valid (the server's log of served calls: no `Event` per row, no second check), the
-        query of each operation given once (`memini._core.search_event_rows`)."""
+        query of each operation given once (`memini._core.search_event_rows`), then the
+        rows the core ``packed`` (only when `_packs_events`)."""
         self._check()
-        self._meta.append_event_rows(rows, queries)
+        if packed is None:
+            self._meta.append_event_rows(rows, queries)
+        elif isinstance(self._meta, MetaDB):
+            self._meta.append_event_rows(rows, queries, packed)
+        else:
+            raise InvalidArgumentError("packed event rows need the SQLite event log")
 
     def list_events(self, filter: EventFilter | None = None) -> builtins.list[Event]:
         """Events newest first (created_at desc, id desc), as API.md's EventFilter selects."""

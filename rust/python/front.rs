@@ -101,19 +101,23 @@ impl PyFront {
 
     /// The event rows of the searches the front answered since the last call, ready to
     /// append (`memini.events.EventRow`, `OpQueryRow`): each call's operation id made
-    /// by `new_id()`, a non-ASCII text folded by `fold(text)` (`memini.events._fold`).
+    /// by `new_id()`, a non-ASCII text folded by `fold(text)` (`memini.events.fold`);
+    /// with `packed`, as one `memini.events.PackedRows` when the batch can travel so
+    /// (`ready`).
+    #[pyo3(signature = (new_id, fold, packed=false))]
     fn take_events<'py>(
         &self,
         py: Python<'py>,
         new_id: &Bound<'py, PyAny>,
         fold: &Bound<'py, PyAny>,
-    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        packed: bool,
+    ) -> PyResult<Taken<'py>> {
         let calls = self.front.take_events();
-        let out = (PyList::empty(py), PyList::empty(py));
+        let mut named = Vec::with_capacity(calls.len());
         for rows in calls {
-            append_rows(py, rows, &new_id.call0()?, fold, &out)?;
+            named.push((new_id.call0()?.extract::<String>()?, rows));
         }
-        Ok(out)
+        ready(py, named, fold, packed)
     }
 
     /// The writes the front answered since the last call, for their event rows (take them
@@ -165,14 +169,24 @@ pub fn event_summary(summary: &str, content: &str) -> String {
 /// A search's hit as the app's recorder gives it: (id, namespace, tier, summary, score).
 type PyHit = (String, String, String, String, f64);
 
+/// Rows taken (`take_events`, `search_event_rows`): the rows and queries as tuples, or
+/// both lists empty and the batch as (rows JSON, queries JSON, row count)
+/// (`crate::serve::events::pack`).
+type Taken<'py> = (
+    Bound<'py, PyList>,
+    Bound<'py, PyList>,
+    Option<(String, String, usize)>,
+);
+
 /// The event rows of one search the app answered, and its query's row, ready to append
 /// (`crate::serve::events::search`, the rule the front's searches follow too; `k_json`:
-/// the call's `k` as JSON).
+/// the call's `k` as JSON), as `take_events` gives them.
 #[pyfunction]
+#[pyo3(signature = (op_id, method, caller, k_json, searched, query, created_at, results, fold, packed=false))]
 #[allow(clippy::too_many_arguments, reason = "a search's values, by name")]
 pub fn search_event_rows<'py>(
     py: Python<'py>,
-    op_id: &Bound<'py, PyString>,
+    op_id: String,
     method: &str,
     caller: &str,
     k_json: &str,
@@ -181,7 +195,8 @@ pub fn search_event_rows<'py>(
     created_at: Micros,
     results: Vec<Vec<PyHit>>,
     fold: &Bound<'py, PyAny>,
-) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    packed: bool,
+) -> PyResult<Taken<'py>> {
     let mut hits = Vec::with_capacity(results.len());
     for list in results {
         let mut out = Vec::with_capacity(list.len());
@@ -192,22 +207,57 @@ pub fn search_event_rows<'py>(
         hits.push(out);
     }
     let rows = events::search(method, caller, k_json, &searched, query, created_at, hits);
-    let out = (PyList::empty(py), PyList::empty(py));
-    append_rows(py, rows, op_id.as_any(), fold, &out)?;
-    Ok(out)
+    ready(py, vec![(op_id, rows)], fold, packed)
 }
 
-/// A text's fold column: None, the folded text, or `fold(text)` (Python's casefold).
-fn fold_of<'py>(
-    text: &Bound<'py, PyString>,
-    how: Fold,
+/// `calls` (each under its operation id) as `Taken`: every non-ASCII text folded by
+/// `fold` (Python's casefold) first, then, with `packed`, packed without the GIL when the
+/// batch can travel so, else as tuples.
+fn ready<'py>(
+    py: Python<'py>,
+    mut calls: Vec<(String, Rows)>,
     fold: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = text.py();
+    packed: bool,
+) -> PyResult<Taken<'py>> {
+    for (_, call) in &mut calls {
+        for row in &mut call.rows {
+            fold_python(fold, &row.summary, &mut row.summary_fold)?;
+        }
+        fold_python(fold, &call.query, &mut call.query_fold)?;
+    }
+    let out = (PyList::empty(py), PyList::empty(py));
+    if packed {
+        let (p, rest) = py.detach(move || match events::pack(&calls) {
+            Some(p) => (Some(p), Vec::new()), // the calls freed here, without the GIL
+            None => (None, calls),
+        });
+        if let Some(p) = p {
+            return Ok((out.0, out.1, Some((p.rows, p.queries, p.count))));
+        }
+        calls = rest;
+    }
+    for (op, rows) in calls {
+        append_rows(py, rows, PyString::new(py, &op).as_any(), &out)?;
+    }
+    Ok((out.0, out.1, None))
+}
+
+/// Decide a [`Fold::Python`] with `fold(text)` (None: [`Fold::Same`]).
+fn fold_python(fold: &Bound<'_, PyAny>, text: &str, how: &mut Fold) -> PyResult<()> {
+    if *how == Fold::Python {
+        *how = match fold.call1((text,))?.extract::<Option<String>>()? {
+            Some(s) => Fold::Folded(s),
+            None => Fold::Same,
+        };
+    }
+    Ok(())
+}
+
+/// A text's fold column: None or the folded text (decided: no [`Fold::Python`]).
+fn fold_of<'py>(py: Python<'py>, how: &Fold) -> Bound<'py, PyAny> {
     match how {
-        Fold::Same => Ok(py.None().into_bound(py)),
-        Fold::Folded(s) => Ok(PyString::new(py, &s).into_any()),
-        Fold::Python => fold.call1((text,)),
+        Fold::Folded(s) => PyString::new(py, s).into_any(),
+        Fold::Same | Fold::Python => py.None().into_bound(py),
     }
 }
 
@@ -217,7 +267,6 @@ fn append_rows<'py>(
     py: Python<'py>,
     call: Rows,
     op: &Bound<'py, PyAny>,
-    fold: &Bound<'py, PyAny>,
     out: &(Bound<'py, PyList>, Bound<'py, PyList>),
 ) -> PyResult<()> {
     let kind = PyString::intern(py, "recall").into_any();
@@ -240,8 +289,6 @@ fn append_rows<'py>(
             }
         };
         let hit = !row.memory_id.is_empty();
-        let summary = PyString::new(py, &row.summary);
-        let summary_fold = fold_of(&summary, row.summary_fold, fold)?;
         let items: [Bound<'py, PyAny>; 14] = [
             op.clone(),
             kind.clone(),
@@ -257,7 +304,7 @@ fn append_rows<'py>(
                 Some(t) => PyString::intern(py, t.as_str()).into_any(),
                 None => none.clone(),
             },
-            summary.into_any(),
+            PyString::new(py, &row.summary).into_any(),
             row.rank.into_pyobject(py)?.into_any(),
             match row.score {
                 Some(s) => PyFloat::new(py, s).into_any(),
@@ -266,14 +313,13 @@ fn append_rows<'py>(
             details[row.detail].clone(),
             created.clone(),
             none.clone(),
-            summary_fold,
+            fold_of(py, &row.summary_fold),
         ];
         out.0.append(PyTuple::new(py, items)?)?;
     }
     if !call.query.is_empty() {
-        let query = PyString::new(py, &call.query);
-        let folded = fold_of(&query, call.query_fold, fold)?;
-        out.1.append((op, query, folded, created))?;
+        let folded = fold_of(py, &call.query_fold);
+        out.1.append((op, call.query, folded, created))?;
     }
     Ok(())
 }

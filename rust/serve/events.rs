@@ -8,7 +8,8 @@
 //! recorder (`memini.server._events.search_events`) calls it through the binding for the
 //! searches Python answers. Each row is final but for its operation id, given when the
 //! rows are taken (`memini.types.new_id`, the one home of ids), and the fold of a non-ASCII
-//! text (`str.casefold`, Python's: [`Fold::Python`]).
+//! text (`str.casefold`, Python's: [`Fold::Python`]). A batch of them crosses into SQLite
+//! as one JSON text ([`pack`]), which SQLite expands itself, so the GIL is not held per row.
 //!
 //! The queue is bounded in rows: a call whose rows do not fit is dropped whole, never
 //! waited for, and its rows counted (`dropped`, in the served `stats()` and `/metrics`).
@@ -193,6 +194,161 @@ pub fn search(
         query_fold,
         created_at,
     }
+}
+
+/// A score as `[m, a, b, c]`, `score == m / 2^a / 2^b / 2^c` exactly (`|m| < 2^53`, each
+/// shift <= 62), how [`pack`] sends a REAL: SQLite computes `CAST(m AS REAL) / (1 << a) /
+/// (1 << b) / (1 << c)`, each step exact (a power of two divides a value whose end result
+/// is representable without rounding), where its parse of decimal text is not guaranteed
+/// correctly rounded (before 3.43 it uses `long double`). Every `f32` below 2^63 in
+/// magnitude travels (a vector search's scores); -0.0 is sent as 0 (a REAL column stores either as integer 0). None
+/// when the score is not finite, needs a shift beyond 186 (below ~2^-133 for a full
+/// mantissa) or |score| >= 2^63: its batch goes as tuples.
+#[must_use]
+pub fn dyadic(score: f64) -> Option<[i64; 4]> {
+    if !score.is_finite() {
+        return None;
+    }
+    if score == 0.0 {
+        return Some([0, 0, 0, 0]);
+    }
+    let bits = score.to_bits();
+    let exp = i64::try_from((bits >> 52) & 0x7ff).ok()?;
+    let frac = i64::try_from(bits & ((1 << 52) - 1)).ok()?;
+    // |score| = mantissa * 2^exp2
+    let (mut mantissa, mut exp2) = if exp == 0 {
+        (frac, -1074)
+    } else {
+        (frac | 1 << 52, exp - 1075)
+    };
+    let zeros = mantissa.trailing_zeros();
+    mantissa >>= zeros;
+    exp2 += i64::from(zeros);
+    if exp2 > 0 {
+        // an integer: the mantissa shifted while it stays below 2^63
+        if exp2 >= i64::from(mantissa.leading_zeros()) {
+            return None;
+        }
+        mantissa <<= exp2;
+        exp2 = 0;
+    }
+    let shift = -exp2;
+    if shift > 3 * 62 {
+        return None;
+    }
+    let first = shift.min(62);
+    let second = (shift - 62).clamp(0, 62);
+    let signed = if score < 0.0 { -mantissa } else { mantissa };
+    Some([signed, first, second, shift - first - second])
+}
+
+/// A batch of searches' rows as two JSON texts, for SQLite to expand in C
+/// (`memini.events.append_events`' `json_each`): `rows`, one array per row of its 14 columns
+/// in `memini.events.EventRow` order, the score as [`dyadic`]'s `[m, a, b, c]` (or null);
+/// `queries`, one `[op_id, query, query_fold, created_at]` per operation with a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packed {
+    pub rows: String,
+    pub queries: String,
+    /// The number of rows.
+    pub count: usize,
+}
+
+/// `calls` (each under its operation id, its folds decided: no [`Fold::Python`] left) as
+/// one [`Packed`], or None when a value cannot travel exactly: a score [`dyadic`] refuses,
+/// or a text holding U+0000 (SQLite's `json_extract` before 3.45 cuts a string at `\u0000`).
+/// The JSON is ASCII (any other character escaped, as a UTF-16 pair beyond the BMP), so
+/// Python makes its `str` and hands SQLite its UTF-8 by copying bytes, with the GIL held,
+/// where non-ASCII text was decoded and encoded again (measured: most of a batch's GIL
+/// time with non-ASCII summaries).
+#[must_use]
+pub fn pack(calls: &[(String, Rows)]) -> Option<Packed> {
+    fn text(out: &mut String, s: &str) -> Option<()> {
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '\0' => return None,
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                ' '..='~' => out.push(c),
+                _ => {
+                    for unit in c.encode_utf16(&mut [0; 2]) {
+                        let _ = write!(out, "\\u{unit:04x}");
+                    }
+                }
+            }
+        }
+        out.push('"');
+        Some(())
+    }
+    fn fold(out: &mut String, f: &Fold) -> Option<()> {
+        match f {
+            Fold::Same => out.push_str("null"),
+            Fold::Folded(s) => text(out, s)?,
+            Fold::Python => return None,
+        }
+        Some(())
+    }
+    let mut rows = String::from("[");
+    let mut queries = String::from("[");
+    let mut count = 0;
+    for (op, call) in calls {
+        for row in &call.rows {
+            if count > 0 {
+                rows.push(',');
+            }
+            count += 1;
+            rows.push('[');
+            text(&mut rows, op)?;
+            rows.push_str(r#","recall","#);
+            text(&mut rows, &row.namespace)?;
+            rows.push_str(r#","","#);
+            text(&mut rows, &row.memory_id)?;
+            rows.push(',');
+            text(&mut rows, row.memory_ns())?;
+            match row.tier {
+                Some(t) => {
+                    let _ = write!(rows, r#","{}","#, t.as_str());
+                }
+                None => rows.push_str(",null,"),
+            }
+            text(&mut rows, &row.summary)?;
+            let _ = write!(rows, ",{},", row.rank);
+            match row.score {
+                Some(score) => {
+                    let [m, a, b, c] = dyadic(score)?;
+                    let _ = write!(rows, "[{m},{a},{b},{c}],");
+                }
+                None => rows.push_str("null,"),
+            }
+            text(&mut rows, &call.details[row.detail])?;
+            let _ = write!(rows, ",{},null,", call.created_at);
+            fold(&mut rows, &row.summary_fold)?;
+            rows.push(']');
+        }
+        if !call.query.is_empty() {
+            if queries.len() > 1 {
+                queries.push(',');
+            }
+            queries.push('[');
+            text(&mut queries, op)?;
+            queries.push(',');
+            text(&mut queries, &call.query)?;
+            queries.push(',');
+            fold(&mut queries, &call.query_fold)?;
+            let _ = write!(queries, ",{}]", call.created_at);
+        }
+    }
+    rows.push(']');
+    queries.push(']');
+    Some(Packed {
+        rows,
+        queries,
+        count,
+    })
 }
 
 /// A memory a write touched, as its event row names it: (id, namespace, tier, summary).
@@ -386,5 +542,84 @@ mod tests {
         assert_eq!(rows.rows[0].summary_fold, Fold::Folded("hi".to_owned()));
         assert_eq!(rows.rows[0].score, Some(0.5));
         assert_eq!(rows.rows[1].score, None);
+    }
+
+    #[test]
+    fn a_score_travels_as_an_exact_dyadic_fraction() {
+        // m / 2^a / 2^b / 2^c, as SQLite computes it (powers of two: exact)
+        #[allow(clippy::cast_precision_loss, reason = "|m| < 2^53: exact")]
+        let back = |[m, a, b, c]: [i64; 4]| {
+            let two = |s: i64| 2f64.powi(i32::try_from(s).unwrap_or(i32::MAX));
+            m as f64 / two(a) / two(b) / two(c)
+        };
+        for x in [
+            0.5,
+            -0.25,
+            1.0,
+            0.1,
+            -0.333_333_333_333_333_3,
+            f64::from(0.7_f32),
+            f64::from(f32::MIN_POSITIVE),
+            f64::from(f32::from_bits(1)), // f32's smallest subnormal: 2^-149
+            2f64.powi(-186) * 3.0,
+            2f64.powi(-71),
+            9_007_199_254_740_993.0,
+            -(2f64.powi(62)),
+        ] {
+            let d = dyadic(x).unwrap_or_else(|| panic!("{x} travels"));
+            assert!(d[1..].iter().all(|s| (0..=62).contains(s)), "{x}: {d:?}");
+            assert_eq!(back(d).to_bits(), x.to_bits(), "{x}: {d:?}");
+        }
+        assert_eq!(dyadic(-0.0), Some([0, 0, 0, 0]));
+        for x in [
+            f64::NAN,
+            f64::INFINITY,
+            2f64.powi(63),
+            f64::MIN_POSITIVE,
+            2f64.powi(-187) * 3.0,
+        ] {
+            assert_eq!(dyadic(x), None, "{x}");
+        }
+    }
+
+    #[test]
+    fn a_batch_packs_as_json_arrays_or_not_at_all() {
+        let searched = ["a".to_owned()];
+        let hit = |summary: &str, score: f64| {
+            let (id, ns) = ("m\"1".to_owned(), "a".to_owned());
+            (id, ns, Tier::Episodic, summary.to_owned(), score)
+        };
+        let call = |hits: Vec<Hit>, query: &str| {
+            let q = query.to_owned();
+            search("recall", "c", "10", &searched, q, 7, vec![hits])
+        };
+        let calls = [
+            ("op1".to_owned(), call(vec![hit("Hi\n", 0.5)], "Q")),
+            ("op2".to_owned(), call(vec![], "")),
+        ];
+        let detail =
+            r#""{\"method\":\"recall\",\"caller\":\"c\",\"k\":10,\"namespaces\":[\"a\"]}""#;
+        assert_eq!(
+            pack(&calls),
+            Some(Packed {
+                rows: format!(
+                    r#"[["op1","recall","a","","m\"1","a","episodic","Hi\n",0,[1,1,0,0],{detail},7,null,"hi\n"],["op2","recall","a","","","",null,"",0,null,{detail},7,null,null]]"#
+                ),
+                queries: r#"[["op1","Q","q",7]]"#.to_owned(),
+                count: 2,
+            })
+        );
+        let nul = [("op".to_owned(), call(vec![hit("a\0b", 0.5)], ""))];
+        assert_eq!(pack(&nul), None);
+        let tiny = [("op".to_owned(), call(vec![hit("", 1e-45)], ""))];
+        assert_eq!(pack(&tiny), None);
+        let mut python = [("op".to_owned(), call(vec![hit("é😀", 0.5)], ""))];
+        assert_eq!(pack(&python), None); // its fold is decided by Python first
+        python[0].1.rows[0].summary_fold = Fold::Same;
+        let packed = pack(&python).map(|p| p.rows).unwrap_or_default();
+        assert!(
+            packed.is_ascii() && packed.contains(r#""\u00e9\ud83d\ude00""#),
+            "{packed}"
+        );
     }
 }

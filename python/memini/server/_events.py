@@ -22,8 +22,12 @@ their rule), for the searches the app answers as for those the HTTP front
 GIL, and queues them (bounded: a full queue drops a call's rows and counts them,
 `EventRecorder.dropped`); each batch takes that queue as ready rows in one call
 (`Front.take_events`: Python only names each operation, `new_id`, and folds a non-ASCII
-text, `memini.events.fold`). The writes the front answers queue their values in the same
-bound, and the batch makes their rows here (`write_events`, as `event_rows` does).
+text, `memini.events.fold`), packed by the core as one JSON text that SQLite expands
+itself (`memini.events.PackedRows`: two values bound per batch, not 14 per row, with the
+GIL held), or as tuples where it cannot (no JSON1, or a value JSON would not carry
+exactly: a NUL, a score too small for its exact form). The writes the front answers queue
+their values in the same bound, and the batch makes their rows here (`write_events`, as
+`event_rows` does).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any, Final
 
 from memini._core import Front, event_summary, search_event_rows
 from memini._values import metadata_to_json, now_micros
-from memini.events import EventRow, OpQueryRow, event_row, fold
+from memini.events import EventRow, OpQueryRow, PackedRows, event_row, fold
 from memini.store import Store
 from memini.types import EventKind, Memory, Tier, new_id
 
@@ -149,7 +153,7 @@ def search_events(
     rule (`memini._core.search_event_rows`)."""
     call = CallEvents(EventKind.RECALL, "", now)
     k_json = metadata_to_json({"k": k}, "k")[5:-1]  # k as the detail dict writes it
-    call.rows, call.queries = search_event_rows(
+    call.rows, call.queries, _ = search_event_rows(
         call.op, method, caller, k_json, searched, query, call.now, results, fold
     )
     return call
@@ -290,17 +294,18 @@ class EventRecorder:
         """Event rows the front's queue dropped (full) since the server started."""
         return 0 if self._front is None else self._front.events_dropped
 
-    def _from_front(self) -> tuple[list[EventRow], list[OpQueryRow]]:
+    def _from_front(self) -> tuple[list[EventRow], list[OpQueryRow], PackedRows | None]:
         """The rows of the searches the front answered since the last batch (made by the
-        front; here each operation gets its id), and of its writes (made here)."""
+        front, packed as one JSON text when the store takes that; here each operation gets
+        its id), and of its writes (made here)."""
         if self._front is None:
-            return [], []
+            return [], [], None
         try:
-            rows, queries = self._front.take_events(new_id, fold)
+            rows, queries, packed = self._front.take_events(new_id, fold, self._store._packs_events)
         except Exception:  # the calls were served; their rows are lost, never the serving
             self.errors += 1
             _LOG.exception("could not take the event rows of the front's searches")
-            rows, queries = [], []
+            rows, queries, packed = [], [], None
         for method, caller, ns, now, touched, fields in self._front.take_writes():
             try:
                 call = write_events(method, caller, ns, touched, fields, now)
@@ -309,7 +314,7 @@ class EventRecorder:
                 _LOG.exception("could not make the event rows of a served %s()", method)
                 continue
             rows.extend(call.rows)
-        return rows, queries
+        return rows, queries, packed
 
     def record(self, method: str, args: Mapping[str, Any], result: Any, caller: str) -> None:
         """Queue the rows of a served call that succeeded (`event_rows`) for the next batch.
@@ -342,15 +347,18 @@ class EventRecorder:
             if stop:
                 return
 
-    def _write(self, batch: list[EventRow], queries: list[OpQueryRow]) -> None:
-        if not batch:
+    def _write(
+        self, batch: list[EventRow], queries: list[OpQueryRow], packed: PackedRows | None
+    ) -> None:
+        n = len(batch) + (0 if packed is None else packed[2])
+        if not n:
             return
         try:
-            self._store._append_event_rows(batch, queries)
-            self.written += len(batch)
+            self._store._append_event_rows(batch, queries, packed)
+            self.written += n
         except Exception:  # the calls were served; a lost log row must not stop serving
-            self.errors += len(batch)
-            _LOG.exception("could not append %d event rows to the event log", len(batch))
+            self.errors += n
+            _LOG.exception("could not append %d event rows to the event log", n)
 
     def prune(self) -> int:
         """Apply the retention now; return rows deleted (0 after an error, logged)."""
@@ -371,8 +379,8 @@ class EventRecorder:
             with self._cond:
                 batch, self._pending = self._pending, []
                 queries, self._queries = self._queries, []
-            front, front_queries = self._from_front()
-            self._write(batch + front, queries + front_queries)
+            front, front_queries, packed = self._from_front()
+            self._write(batch + front, queries + front_queries, packed)
 
     def close(self) -> None:
         """Write what is queued, prune, and stop the thread. Idempotent."""
