@@ -469,6 +469,10 @@ _ROW = {"id": "a", "namespace": "n", "content": "x"}
                      r"result\.created_at must be an ISO 8601 datetime", id="bad-datetime"),
         pytest.param([{"memory": {}, "score": 1.0}], list[memini.Scored],
                      "lacks the required field 'id'", id="empty-memory"),
+        pytest.param({**_ROW, "tags": {}}, memini.Memory,
+                     r"result\.tags must be a JSON array, got an object", id="list-not-object"),
+        pytest.param({"tiers": {}}, memini.Filter,
+                     r"result\.tiers must be a JSON array, got an object", id="enums-not-object"),
     ],
 )  # fmt: skip
 def test_null_and_empty_fields_decode_as_their_decoders_say(
