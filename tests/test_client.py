@@ -396,11 +396,12 @@ def _answers(draw: st.DrawFn) -> tuple[bytes, list[int]]:
     return data, cuts
 
 
-def _read(reader: Any, data: bytes, cuts: list[int]) -> Any:
+def _read(reader: Any, data: bytes, cuts: list[int], *, end: bool = True) -> Any:
     """What a reader makes of ``data`` read in the pieces ``cuts`` makes, then the
-    connection's end: the answer and whether to keep the connection, or the error."""
+    connection's end (unless not ``end``: then "waits" if it wants more): the answer and
+    whether to keep the connection, or the error."""
     pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
-    pieces = [p for p in pieces if p] + [b""]
+    pieces = [p for p in pieces if p] + [b""] * end
     try:
         next(reader)
         for piece in pieces:
@@ -410,6 +411,8 @@ def _read(reader: Any, data: bytes, cuts: list[int]) -> Any:
         return reply.status_code, reply.reason_phrase, reply.content, keep
     except httpx.RemoteProtocolError as e:
         return "refused", str(e)
+    if not end:
+        return "waits"
     raise AssertionError("the reader wants more after the connection's end")
 
 
@@ -418,9 +421,26 @@ _START = _Target("http://127.0.0.1:1", {}).request("/v1/count", 2)
 
 @given(_answers())
 def test_the_answer_reader_reads_any_bytes_as_h11(answer: tuple[bytes, list[int]]) -> None:
+    """Same answer, keep-alive or refusal as h11, with the connection ended after the
+    bytes or kept open (the answer read as soon as h11 reads it, never waited for)."""
     data, cuts = answer
-    want = _read(_h11_answer(_START, b"{}", []), data, cuts)
-    assert _read(_read_answer(_START, b"{}"), data, cuts) == want
+    for end in (True, False):
+        want = _read(_h11_answer(_START, b"{}", []), data, cuts, end=end)
+        assert _read(_read_answer(_START, b"{}"), data, cuts, end=end) == want
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\n\r\n{}",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\n{}",
+    ],
+)
+def test_a_head_of_bare_line_feeds_is_read_on_a_kept_connection(data: bytes) -> None:
+    """A head whose blank line is not CRLF CRLF (h11 reads bare LFs) is read as soon as it
+    has come, not waited on until the read timeout."""
+    assert _read(_read_answer(_START, b"{}"), data, [], end=False) == (200, "OK", b"{}", True)
 
 
 @pytest.mark.parametrize(
@@ -469,6 +489,10 @@ _ROW = {"id": "a", "namespace": "n", "content": "x"}
                      r"result\.created_at must be an ISO 8601 datetime", id="bad-datetime"),
         pytest.param([{"memory": {}, "score": 1.0}], list[memini.Scored],
                      "lacks the required field 'id'", id="empty-memory"),
+        pytest.param({**_ROW, "tags": {}}, memini.Memory,
+                     r"result\.tags must be a JSON array, got an object", id="list-not-object"),
+        pytest.param({"tiers": {}}, memini.Filter,
+                     r"result\.tiers must be a JSON array, got an object", id="enums-not-object"),
     ],
 )  # fmt: skip
 def test_null_and_empty_fields_decode_as_their_decoders_say(

@@ -284,6 +284,25 @@ def test_weights_counted_in_part_rank_as_counted_at_once(pg_url: str) -> None:
         assert got_kw == want_kw and len(got_kw) >= 3
 
 
+def test_counts_kept_past_the_parsed_words_cap_still_weigh(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once more words were parsed than are kept (`_MAX_WORDS`, 3 here), a namespace whose
+    words' counts stay cached still ranks a search of them by their idf, as before."""
+    monkeypatch.setattr("memini.postgres._frequencies._MAX_WORDS", 3)
+    texts = ["apple pie", "apple tart apple", "banana bread", "cherry apple", "honey banana"]
+    with Store.open(pg_url, dims=4) as s, Store.open(pg_url) as cold:
+        s.upsert_many([Memory(id=f"n{i}", namespace="n", content=t) for i, t in enumerate(texts)])
+        s.upsert_many([Memory(id=f"m{i}", namespace="m", content=t) for i, t in enumerate(texts)])
+        want = [(h.memory.id, h.score) for h in cold.keyword_search("n", "apple banana", k=10)]
+        assert [(h.memory.id, h.score) for h in s.keyword_search("n", "apple banana", k=10)] == want
+        s.keyword_search("m", "cherry pie", k=10)  # 4 words parsed; m's counts cached
+        s.upsert(Memory(id="m9", namespace="m", content="fig"))  # m's counts dropped
+        s.keyword_search("m", "fig", k=10)  # past the cap: n's counts kept
+        got = [(h.memory.id, h.score) for h in s.keyword_search("n", "apple banana", k=10)]
+        assert got == want and len(got) == 5
+
+
 def test_linked_recall_sees_links_another_store_writes(pg_url: str) -> None:
     with Store.open(pg_url, dims=4, metric="cos") as a, Store.open(pg_url) as b:
         a.upsert_many(

@@ -552,7 +552,7 @@ def _decoder(hint: object) -> _Dec:
                 raise InvalidArgumentError(f"{p} must be a JSON array, got an object")
             return _plain_any(v, p)
 
-        _EMPTY_AS_IS.add(dec_list)
+        _EMPTY_AS_IS[dec_list] = _LIST  # an object is refused above
         return dec_list
     return _plain_any
 
@@ -605,9 +605,7 @@ def _dataclass_decoder(cls: type) -> _Dec:
     # Memory.access_count ~100 ns more per memory through `_int_value`); and the fields an
     # empty array or object passes as it is (a memory's tags, metadata, links)
     as_is = {k: _as_is(d) for k, d in fields.items()}
-    empty = {
-        k: frozenset({list, dict}) if d in _EMPTY_AS_IS else frozenset() for k, d in fields.items()
-    }
+    empty = {k: _EMPTY_AS_IS.get(d, frozenset()) for k, d in fields.items()}
     known = fields.keys()
     # every field given, a class whose __init__ only sets them: its __dict__ set at once
     # (`cls(**out)` was ~1-3 us of a memory's ~10)
@@ -691,10 +689,13 @@ _AS_IS: Final[dict[_Dec, frozenset[type]]] = {
     _plain_any: frozenset({NoneType, *_SCALARS}),
     _int_value: frozenset({NoneType, int}),
 }
-# the decoders that return an empty JSON array or object as it is (or an equal one): not
-# `_int_value` (it refuses one), `_array_value` (an empty array) nor a dataclass's (its
-# required fields); each list decoder adds itself
-_EMPTY_AS_IS: Final[set[_Dec]] = {_plain_any, _dt, _vector}
+# the decoders that return an empty JSON array or object as it is (or an equal one), and
+# which of the two: not `_int_value` (it refuses both), `_array_value` (an empty array) nor
+# a dataclass's (its required fields); each list decoder adds itself, for an array only
+_LIST: Final = frozenset({list})
+_EMPTY_AS_IS: Final[dict[_Dec, frozenset[type]]] = dict.fromkeys(
+    (_plain_any, _dt, _vector), frozenset({list, dict})
+)
 # what a decoder makes of a str when it raises nothing (ValueError, KeyError: the decoder's
 # own answer), called without a path: a memory's tier and datetimes (~0.15 us each)
 _BY_STR: Final[dict[_Dec, Callable[[str], Any]]] = {_dt: datetime.fromisoformat}

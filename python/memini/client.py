@@ -197,6 +197,9 @@ _HEAD: Final = re.compile(
     % (_NAME, _VALUE)
 )
 _FIELD: Final = re.compile(rb"\n(%b):[\t ]*+(%b)" % (_NAME, _VALUE))
+_BLANK: Final = re.compile(rb"\n\r?\n")
+"""The end of an answer's head where h11 finds it: its first blank line, CRLF or a bare LF
+(h11 reads those: a head found only at CRLF CRLF was waited on until the read timeout)."""
 
 
 def _framing(head: bytes) -> tuple[int, bytes, int, bool] | None:
@@ -241,12 +244,16 @@ def _read_answer(start: _Start, content: bytes) -> Generator[None, bytes, tuple[
     data = yield
     got = [data]
     size = len(data)
-    head_end = data.find(b"\r\n\r\n")
-    while head_end < 0 and data and size <= _MAX_HEAD:
+    blank = _BLANK.search(data)
+    # (a first byte not HTTP's goes to h11 at once: it refuses one below 0x21 unread)
+    while blank is None and data and got[0][:1] == b"H" and size <= _MAX_HEAD:
         data = yield
         got.append(data)
         size += len(data)
-        head_end = b"".join(got).find(b"\r\n\r\n")
+        blank = _BLANK.search(b"".join(got))
+    # the head up to its last line's CRLF, if a CRLF blank line ends it (`_framing` refuses
+    # a bare LF within it): any other head is h11's to read
+    head_end = -1 if blank is None or len(blank[0]) != 3 else blank.start() - 1
     framing = _framing(b"".join(got)[: head_end + 2]) if head_end >= 0 else None
     if framing is not None:
         status, reason, length, keep = framing

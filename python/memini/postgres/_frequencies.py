@@ -39,7 +39,7 @@ from memini.postgres._search import COUNT_UP_TO, REFRESH_SECONDS
 __all__ = ["COUNT_UP_TO", "Frequencies", "Lookup"]
 
 _MAX_WORDS: Final = 65536
-"""Cached words (over every namespace) past which the cache starts again."""
+"""Cached words (over every namespace), or words parsed, past which both start again."""
 
 
 @dataclass
@@ -152,9 +152,14 @@ class Frequencies:
         made = [r for r in counted if r[0] in ("w", "n")]
         if made:  # (a fresh namespace's rows come back whenever the statement weighs words)
             with self._lock:
-                if len(self._parsed) > _MAX_WORDS:
+                # both start again at once: a cached count of a word no longer parsed
+                # (`lookup` slots it as new, the statement counts nothing for it) made
+                # `learn` take it for a stopword, and the search ran without its weights
+                if (
+                    len(self._parsed) > _MAX_WORDS
+                    or sum(len(c.words) for c in self._cache.values()) > _MAX_WORDS
+                ):
                     self._parsed.clear()
-                if sum(len(c.words) for c in self._cache.values()) > _MAX_WORDS:
                     self._cache.clear()
                 for leg, i, word, query, n in made:
                     c = fresh.get(spaces[i]) or lookup.cached[spaces[i]]
