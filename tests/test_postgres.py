@@ -422,6 +422,40 @@ def test_searches_on_one_connection_answer_as_embedded_around_a_large_answer(
         assert all(before)
 
 
+def test_recall_ranks_escaped_ids_as_embedded(pg_url: str) -> None:
+    """Recall ranks its candidates by their ids in the stored form (`Conn.rows`'s
+    ``stored``: the escape of U+0000/U+0001 kept, decoded for the final ``k``): ids that
+    escape, tied on every score, come back decoded and in the embedded store's order, with
+    its scores, and with and without the keyword leg as before."""
+    ids = ["a\x01", "a\x00", "a", "a\x02", "a\x00b", "a\x01\x01", "b\x00"]
+    rows = [
+        Memory(
+            id=id,
+            namespace="n",
+            content=f"shared words {i}",
+            created_at=T0,
+            updated_at=T0,
+            last_accessed_at=T0,
+            embedding=np.ones(4),
+        )
+        for i, id in enumerate(ids)
+    ]
+    with (
+        Store.open(pg_url, dims=4, metric="cos") as pg,
+        Store.open(None, dims=4, metric="cos") as emb,
+    ):
+        pg.upsert_many(rows)
+        emb.upsert_many(rows)
+        for k in (3, len(ids)):
+            got = [(r.memory.id, round(r.score, 9)) for r in pg.recall("n", "", np.ones(4), k=k)]
+            want = [(r.memory.id, round(r.score, 9)) for r in emb.recall("n", "", np.ones(4), k=k)]
+            assert got == want
+            assert [m for m, _ in got] == sorted(ids)[:k]
+        hybrid = pg.recall("n", "shared words", np.ones(4), k=len(ids))
+        assert sorted(r.memory.id for r in hybrid) == sorted(ids)
+        assert all(r.memory.content.startswith("shared") for r in hybrid)
+
+
 def test_search_rows_carry_the_stored_vectors_bit_for_bit(pg_url: str) -> None:
     """`Conn.rows` reads vectors as bytes and `stack_vectors` converts them all at once:
     the same float32 values as stored (signed zeros, subnormals, extremes)."""

@@ -67,7 +67,7 @@ from memini.postgres._pool import (
     translate,
     use_ef_search,
 )
-from memini.postgres._rows import SELECT, query_words, to_memory, write_values
+from memini.postgres._rows import SELECT, decode_text, query_words, to_memory, write_values
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
 from memini.postgres._search import (
     KEYWORD_RANK,
@@ -702,7 +702,7 @@ class PgEngine:
         found: builtins.list[Recalled] = []
         for _ in range(_RECALL_ATTEMPTS):
             with self._p.read() as conn:
-                order, cands = self._fuse(
+                order, cand_ids = self._fuse(
                     conn,
                     uniq,
                     words,
@@ -712,18 +712,18 @@ class PgEngine:
                     pool,
                     (fusion, fusion_param, context, quality, dedup),
                 )
-                ids = [cands[n][0] for n, *_ in order]
+                ids = [decode_text(cand_ids[n]) for n, *_ in order]
                 full = {r[0]: r for r in conn.rows(_BY_IDS, {"ids": ids})}
             found = [
                 Recalled(
-                    memory=to_memory(full[cands[n][0]]),
+                    memory=to_memory(full[id]),
                     score=score,
                     vector_score=vs,
                     keyword_score=ks,
                     via=sources[src][0],
                 )
-                for n, score, vs, ks, src in order
-                if cands[n][0] in full
+                for id, (_, score, vs, ks, src) in zip(ids, order, strict=True)
+                if id in full
             ]
             if len(found) == len(order):
                 break
@@ -740,10 +740,10 @@ class PgEngine:
         pool: int,
         rule: tuple[Literal["convex", "rrf"], float, float, bool, bool],
     ) -> tuple[
-        builtins.list[tuple[int, float, float | None, float | None, int]],
-        builtins.list[tuple[Any, ...]],
+        builtins.list[tuple[int, float, float | None, float | None, int]], builtins.list[str]
     ]:
-        """Recall's first statement and the fusion: the final order and the candidates."""
+        """Recall's first statement and the fusion: the final order and the candidates'
+        ids, in their stored form (`Conn.rows`'s ``stored``)."""
         fusion, fusion_param, context, quality, dedup = rule
         graph = None
         if vector is not None:
@@ -784,7 +784,7 @@ class PgEngine:
                 recount,
             )
             params["q"] = vector
-            rows = conn.rows(sql, params)
+            rows = conn.rows(sql, params, stored=True)  # ids as stored: decoded for the final k
             made = counts(rows, RECALL_RANK)
             for leg, pos, _, _, n in made:
                 if leg == "c":
@@ -820,20 +820,16 @@ class PgEngine:
             for src in sorted(vrows):
                 vscores[src] = scores[at : at + len(vrows[src])]
                 at += len(vrows[src])
-        index: dict[str, int] = {}
-        at_seq: dict[int, int] = {}
-        cands: builtins.list[tuple[Any, ...]] = []
-        links: builtins.list[tuple[int | None, int | None]] = []
+        index: dict[str, int] = {}  # a candidate's id -> its number
+        firsts: builtins.list[tuple[Any, ...]] = []  # each candidate's first row
         vleg: builtins.list[tuple[int, float, int]] = []
         kleg: builtins.list[tuple[int, float, int]] = []
 
         def add(r: tuple[Any, ...]) -> int:
             n = index.get(r[2])
             if n is None:
-                n = index[r[2]] = len(cands)
-                at_seq[r[4 + width]] = n
-                cands.append(r[2 : 2 + width])
-                links.append((r[5 + width], r[6 + width]) if neighbours else (None, None))
+                n = index[r[2]] = len(firsts)
+                firsts.append(r)
             return n
 
         for pos, (i, _, _) in enumerate(uniq):
@@ -843,28 +839,21 @@ class PgEngine:
             )
             vleg += [(add(r), s, i) for r, s in ranked]
             hits = sorted(krows.get(pos, []), key=lambda r: (-r[3 + width], r[2]))
-            kleg += [(add(r), float(r[3 + width]), i) for r in hits]
-        use = neighbours and bool(vleg) and bool(kleg)
-
-        def near(seq: int | None) -> int | None:
-            return None if seq is None or not use else at_seq.get(seq)
-
+            kleg += [(add(r), r[3 + width], i) for r in hits]
+        # the fusion's candidates: the standing columns but the fingerprint (the row's
+        # last), the numbers of the timeline neighbours that are candidates too, the
+        # fingerprint; built from the rows as they are (binary float8/bigint: the types
+        # the fusion takes)
+        fp = 1 + width
+        if neighbours and vleg and kleg:
+            at_seq = {r[fp + 3]: n for n, r in enumerate(firsts)}
+            cands = [
+                (*r[2:fp], at_seq.get(r[fp + 4]), at_seq.get(r[fp + 5]), r[fp]) for r in firsts
+            ]
+        else:
+            cands = [(*r[2:fp], None, None, r[fp]) for r in firsts]
         order = _core.fuse(
-            [
-                (
-                    c[0],
-                    c[1],
-                    float(c[2]),
-                    c[3],
-                    int(c[4]),
-                    int(c[5]),
-                    int(c[6]),
-                    near(prev),
-                    near(nxt),
-                    c[7],
-                )
-                for c, (prev, nxt) in zip(cands, links, strict=True)
-            ],
+            cands,
             vleg,
             kleg,
             fusion,
@@ -876,7 +865,7 @@ class PgEngine:
             dedup,
             k,
         )
-        return order, cands
+        return order, [r[2] for r in firsts]
 
 
 class PgMeta:

@@ -44,7 +44,7 @@ import psycopg_pool
 from psycopg import pq
 from psycopg.adapt import Dumper, Loader
 from psycopg.types import TypeInfo
-from psycopg.types.string import ByteaBinaryLoader
+from psycopg.types.string import ByteaBinaryLoader, TextBinaryLoader
 
 from memini.errors import InvalidArgumentError, MeminiError, StoreClosedError, UnavailableError
 from memini.postgres._rows import register_text_codec
@@ -73,18 +73,28 @@ class Conn(psycopg.Connection[Any]):
 
     ef_search: int = DEFAULT_EF_SEARCH
     vector_oid: int = 0
-    _binary: psycopg.Cursor[Any] | None = None
+    _cursors: dict[bool, psycopg.Cursor[Any]] | None = None
 
-    def rows(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def rows(
+        self, sql: str, params: dict[str, Any], *, stored: bool = False
+    ) -> list[tuple[Any, ...]]:
         """The rows of ``sql`` run as a prepared statement, values in binary, vectors as
-        their bytes (for `stack_vectors`).
+        their bytes (for `stack_vectors`); with ``stored``, text values in their stored
+        form (`memini.postgres._rows.decode_text` undoes it), read by psycopg's own
+        loader where the codec's is a Python call per value: recall's candidates, whose
+        ids keep their order and equality that way (0.10-0.15 ms of client CPU less per
+        recall of 100 candidates, benches/bench_postgres.py's smoke rows).
 
-        One cursor serves every call of the connection: a cursor made per call looks up
-        the loader of each result column again (psycopg's client CPU for a 10-row vector
-        search: 0.14 ms with a cursor per call, 0.115 with this one)."""
-        cur = self._binary
+        One cursor (per ``stored``) serves every call of the connection: a cursor made
+        per call looks up the loader of each result column again (psycopg's client CPU
+        for a 10-row vector search: 0.14 ms with a cursor per call, 0.115 with this one)."""
+        if self._cursors is None:
+            self._cursors = {}
+        cur = self._cursors.get(stored)
         if cur is None or cur.closed:
-            cur = self._binary = self.search_cursor()
+            cur = self._cursors[stored] = self.search_cursor()
+            if stored:
+                cur.adapters.register_loader("text", TextBinaryLoader)
         cur.execute(sql, params, prepare=True)
         rows = cur.fetchall()
         if len(rows) > _KEEP_ROWS:  # the cursor holds its result until the next call

@@ -32,6 +32,7 @@ __all__ = [
     "COLUMNS",
     "SELECT",
     "WRITE_COLUMNS",
+    "decode_text",
     "fold",
     "query_words",
     "register_text_codec",
