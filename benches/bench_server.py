@@ -711,6 +711,31 @@ def _served_text_info(out: dict[str, Any], what: str, in_cpu_us: float) -> dict[
     return info
 
 
+def _bench_served_text(
+    benchmark: Any,
+    pytestconfig: pytest.Config,
+    store: Path,
+    tmp_path: Path,
+    method: str,
+    bodies: list[list[str]],
+    in_cpu_us: float,
+    group: str,
+    known: dict[str, Any],
+) -> None:
+    """One front-vs-uvicorn benchmark of a text ``method`` (`_served_text`), its measures
+    reported beside ``known`` and the same call's CPU in process (``in_cpu_us``)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        out.update(_served_text(store, method, bodies, _seconds(pytestconfig), tmp_path))
+
+    benchmark.group = group
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    info = {**known, **_served_text_info(out, f"text_{method}", in_cpu_us)}
+    benchmark.extra_info.update(info)
+    print(f"\ntext {method}, front vs uvicorn:", json.dumps(info, indent=1))
+
+
 def test_served_text_recall_front_vs_uvicorn(
     benchmark: Any,
     text_store: Path,
@@ -721,21 +746,19 @@ def test_served_text_recall_front_vs_uvicorn(
     """Text ``recall`` k=10 (the server embeds the query: ``--embedder local``), 4 client
     processes, each text sent once, front against uvicorn (`_served_text`), beside the
     in-process text recall's CPU."""
-    seconds = _seconds(pytestconfig)
-    bodies = _text_bodies(data)
     in_cpu_us = 1e6 * _text_recall_cpu(text_store, data.query_texts[-100:])
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        out.update(_served_text(text_store, "recall", bodies, seconds, tmp_path))
-
-    benchmark.group = "server: text recall k=10 (server embeds), front vs uvicorn"
-    benchmark.pedantic(run, rounds=1, iterations=1)
-    info = {"rows": data.n, **_served_text_info(out, "text_recall", in_cpu_us)}
-    info["issue_36_start_rps"] = 102  # served text recall at the start of round 3
-    info["goal_rps"] = 4 * 102
-    benchmark.extra_info.update(info)
-    print("\ntext recall, front vs uvicorn:", json.dumps(info, indent=1))
+    _bench_served_text(
+        benchmark,
+        pytestconfig,
+        text_store,
+        tmp_path,
+        "recall",
+        _text_bodies(data),
+        in_cpu_us,
+        "server: text recall k=10 (server embeds), front vs uvicorn",
+        # served text recall at the start of round 3, and issue 36's goal
+        {"rows": data.n, "issue_36_start_rps": 102, "goal_rps": 4 * 102},
+    )
 
 
 def _text_upsert_bodies(data: D.Dataset) -> list[list[str]]:
@@ -775,19 +798,18 @@ def test_served_text_upserts_front_vs_uvicorn(
     """Durable single upserts of text without an embedding (the server embeds the content:
     ``--embedder local``), 4 client processes, each text sent once, front against uvicorn
     (`_served_text`), beside the in-process upsert's CPU (embedding included)."""
-    seconds = _seconds(pytestconfig)
-    bodies = _text_upsert_bodies(data)
     in_cpu_us = 1e6 * _text_upsert_cpu(text_store, data.query_texts[-100:])
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        out.update(_served_text(text_store, "upsert", bodies, seconds, tmp_path))
-
-    benchmark.group = "server: durable text upserts (server embeds), front vs uvicorn"
-    benchmark.pedantic(run, rounds=1, iterations=1)
-    info = {"rows": data.n, **_served_text_info(out, "text_upsert", in_cpu_us)}
-    benchmark.extra_info.update(info)
-    print("\ntext upserts, front vs uvicorn:", json.dumps(info, indent=1))
+    _bench_served_text(
+        benchmark,
+        pytestconfig,
+        text_store,
+        tmp_path,
+        "upsert",
+        _text_upsert_bodies(data),
+        in_cpu_us,
+        "server: durable text upserts (server embeds), front vs uvicorn",
+        {"rows": data.n},
+    )
 
 
 def _upsert_bodies(data: D.Dataset) -> list[str]:
