@@ -111,6 +111,22 @@ pub fn civil(us: Micros) -> Option<Civil> {
     })
 }
 
+/// `civil`'s inverse: the instant of calendar fields, None when they name none Python's
+/// `datetime` holds (a 30 February, an hour 24, a year 0).
+#[must_use]
+pub fn from_civil(c: &Civil) -> Option<Micros> {
+    // days since 1970-01-01 of a civil date (H. Hinnant's algorithm, as `civil`)
+    let year = i64::from(c.year) - i64::from(c.month <= 2);
+    let (era, yoe) = (year.div_euclid(400), year.rem_euclid(400));
+    let doy = (153 * ((i64::from(c.month) + 9) % 12) + 2) / 5 + i64::from(c.day) - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    let secs = i64::from(c.hour) * 3600 + i64::from(c.minute) * 60 + i64::from(c.second);
+    let us = (days * 86_400 + secs)
+        .checked_mul(1_000_000)?
+        .checked_add(i64::from(c.micro))?;
+    (civil(us).as_ref() == Some(c)).then_some(us)
+}
+
 macro_rules! string_enum {
     ($(#[$doc:meta])* $name:ident, $what:literal { $($variant:ident = $s:literal),* $(,)? }) => {
         $(#[$doc])*

@@ -18,12 +18,13 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import memini
-from memini import AuthError, MeminiError, NotFoundError, UnavailableError
+from memini import AuthError, MeminiError, NotFoundError, UnavailableError, _core
 from memini import _wire as wire
 from memini.client import (
     _AsyncConnections,
@@ -534,3 +535,178 @@ def test_objects_of_every_shape_decode_alike() -> None:
             wire.decode({**row, "nope": 1}, memini.Memory, "m")
         with pytest.raises(memini.InvalidArgumentError, match="lacks the required field 'id'"):
             wire.decode({k: v for k, v in row.items() if k != "id"}, memini.Memory, "m")
+
+
+# --------------------------------------------------------------------------------------------
+# Answers holding memories, read by the core (`_core.read_answer`)
+# --------------------------------------------------------------------------------------------
+
+_TEXT = st.text(max_size=6)
+_KEY = _TEXT.filter(lambda k: not k.startswith("$memini:"))  # no marker: stored metadata
+_FLOAT = st.floats(allow_nan=False, allow_infinity=False)
+_ANY = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | _FLOAT | _TEXT,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(_KEY, kids, max_size=3),
+    max_leaves=6,
+)
+_WHEN = st.datetimes(timezones=st.just(UTC)).map(datetime.isoformat)  # as orjson writes
+_ODD_WHEN = st.sampled_from(
+    [
+        "2026-02-30T00:00:00+00:00",
+        "2026-01-31T24:00:00+00:00",
+        "0000-01-01T00:00:00+00:00",
+        "2026-01-31T12:00:00Z",
+        "2026-01-31T12:00:00",
+        "2026-01-31T12:00:00.123+00:00",
+        "2026-01-31T12:00:00+01:00",
+        "2026-01-31 12:00:00+00:00",
+        "2026-01-31T12:00:00.1234567+00:00",
+        "yesterday",
+    ]
+)
+_MEMORY = st.fixed_dictionaries(
+    {
+        "id": _TEXT,
+        "namespace": _TEXT,
+        "content": _TEXT,
+        "tier": st.sampled_from([t.value for t in memini.Tier]),
+        "level": st.none() | st.sampled_from([level.value for level in memini.Level]),
+        "summary": _TEXT,
+        "metadata": st.dictionaries(_KEY, _ANY, max_size=3),
+        "tags": st.lists(_TEXT, max_size=3),
+        "importance": _FLOAT,
+        "created_at": _WHEN,
+        "updated_at": _WHEN,
+        "last_accessed_at": _WHEN,
+        "access_count": st.integers(-(2**63), 2**63 - 1),
+        "expires_at": st.none() | _WHEN,
+        "superseded_by": st.none() | _TEXT,
+        "valid_from": st.none() | _WHEN,
+        "valid_to": st.none() | _WHEN,
+        "confidence": st.none() | st.floats(0, 1),
+        "linked_memory_ids": st.lists(_TEXT, max_size=2),
+        "embedding": st.none(),
+    }
+)
+_SHAPES: dict[str, tuple[Any, Any]] = {
+    "memory": (memini.Memory, _MEMORY),
+    "memories": (list[memini.Memory], st.lists(_MEMORY, max_size=3)),
+    "hits": (
+        list[memini.Scored],
+        st.lists(st.fixed_dictionaries({"memory": _MEMORY, "score": _FLOAT}), max_size=3),
+    ),
+    "hits_many": (
+        list[list[memini.Scored]],
+        st.lists(
+            st.lists(st.fixed_dictionaries({"memory": _MEMORY, "score": _FLOAT}), max_size=2),
+            max_size=2,
+        ),
+    ),
+    "recalled": (
+        list[memini.Recalled],
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "memory": _MEMORY,
+                    "score": _FLOAT,
+                    "vector_score": st.none() | _FLOAT,
+                    "keyword_score": st.none() | _FLOAT,
+                    "via": _TEXT,
+                }
+            ),
+            max_size=3,
+        ),
+    ),
+}
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The JSON objects in ``value``, outermost first (metadata's left out: it is data)."""
+    if isinstance(value, list):
+        return [o for v in value for o in _objects(v)]
+    if isinstance(value, dict) and "metadata" not in value:
+        return [value, *_objects(value.get("memory"))]
+    return [value] if isinstance(value, dict) else []
+
+
+@st.composite
+def _answer_of(draw: st.DrawFn) -> tuple[str, Any, bytes, bool]:
+    """A shape, its return type and an answer's bytes as a server writes them, or changed
+    (``True``): a field dropped, added, or given another JSON value or an odd datetime;
+    or the bytes cut short."""
+    shape = draw(st.sampled_from(sorted(_SHAPES)))
+    hint, values = _SHAPES[shape]
+    value = draw(values)
+    changes = draw(st.integers(0, 3))
+    for _ in range(changes):
+        objects = _objects(value)
+        if not objects:
+            value = draw(_ANY)
+            continue
+        obj = draw(st.sampled_from(objects))
+        key = draw(st.sampled_from(sorted(obj) or ["id"]) | _TEXT | st.just("fingerprint"))
+        how = draw(st.sampled_from(["drop", "any", "odd-datetime"]))
+        if how == "drop":
+            obj.pop(key, None)
+        else:
+            obj[key] = draw(_ANY if how == "any" else _ODD_WHEN)
+    data = orjson.dumps(value)
+    if draw(st.booleans()) and changes == 0 and len(data) > 1:
+        return shape, hint, data[: draw(st.integers(0, len(data) - 1))], True
+    return shape, hint, data, changes > 0
+
+
+@given(_answer_of())
+def test_the_core_reads_an_answer_as_the_python_decoder_does(
+    answer: tuple[str, Any, bytes, bool],
+) -> None:
+    """What the core reads of an answer is what the Python decoder of the same return type
+    makes of it (the objects a local call returns), and an answer as a server writes it is
+    always read; anything else may be refused, never read otherwise (a field unknown,
+    missing or of another type, a datetime not in the written form, bytes cut short)."""
+    shape, hint, data, changed = answer
+    try:
+        got = _core.read_answer(data, shape)
+    except memini.InvalidArgumentError as e:
+        assert changed, f"an answer as written was refused: {e}"
+        return
+    assert got == wire.decode(orjson.loads(data), hint, "result")
+
+
+_WRITTEN = orjson.dumps(
+    {**_ROW, "tier": "semantic", "summary": "", "metadata": {}, "tags": [], "importance": 0.0,
+     "created_at": "2026-01-31T12:00:00+00:00", "updated_at": "2026-01-31T12:00:00+00:00",
+     "last_accessed_at": "2026-01-31T12:00:00+00:00", "access_count": 0,
+     "linked_memory_ids": [], "embedding": None}
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "shape", "want"),
+    [
+        pytest.param(b"", "hits", "EOF while parsing", id="empty"),
+        pytest.param(b"[{}]", "nope", 'unknown answer shape "nope"', id="unknown-shape"),
+        pytest.param(b'[{"score": 1.0}]', "hits", "missing field `memory`", id="no-memory"),
+        pytest.param(b'{"id": "a", "namespace": "n", "content": "x"}', "memory",
+                     "missing field `tier`", id="fields-missing"),
+        pytest.param(b'{"fingerprint": "ab"}', "memory", "unknown field `fingerprint`",
+                     id="fingerprint-not-a-field"),
+        pytest.param(b'{"embedding": "AACAPw=="}', "memory", "embedding must be null",
+                     id="embedding"),
+        pytest.param(b'{"tier": "nope"}', "memory", 'unknown tier "nope"', id="tier"),
+        pytest.param(b'{"metadata": [1]}', "memory", "metadata must be a JSON object",
+                     id="metadata-not-object"),
+        pytest.param(b'{"created_at": "2026-01-31T12:00:00Z"}', "memory",
+                     "is not a datetime such as", id="datetime-zulu"),
+        pytest.param(b'[{"memory": %b, "score": 9007199254740993}]' % _WRITTEN, "hits",
+                     "beyond 2\\*\\*53", id="inexact-float"),
+        pytest.param(b'[{"memory": %b, "score": 1.0, "via": "n", "vector_score": null}]'
+                     % _WRITTEN, "recalled", "missing field `keyword_score`",
+                     id="recalled-field-missing"),
+    ],
+)  # fmt: skip
+def test_the_core_refuses_an_answer_naming_what_is_wrong(
+    data: bytes, shape: Any, want: str
+) -> None:
+    with pytest.raises(memini.InvalidArgumentError, match=want):
+        _core.read_answer(data, shape)

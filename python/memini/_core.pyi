@@ -50,6 +50,7 @@ __all__ = [
     "fuse",
     "normalize_content",
     "ranking",
+    "read_answer",
     "search_event_rows",
     "simd",
     "vector_scores",
@@ -98,6 +99,21 @@ def normalize_content(content: str) -> str:
 
 def fingerprint(content: str) -> str:
     """The hex SHA-256 of `normalize_content` (`memini.fingerprint`)."""
+
+AnswerShape: TypeAlias = Literal["memory", "memories", "hits", "hits_many", "recalled"]
+"""The answers `read_answer` reads: ``Memory``, ``list[Memory]``, ``list[Scored]``,
+``list[list[Scored]]``, ``list[Recalled]``."""
+
+def read_answer(
+    data: bytes, shape: AnswerShape
+) -> Memory | list[Memory] | list[Scored] | list[list[Scored]] | list[Recalled]:
+    """A served answer's JSON of ``shape`` as the objects the local call returns (the
+    reader beside the front's writer, ``rust/serve/wire.rs``).
+
+    Raises:
+        InvalidArgumentError: Bytes not the JSON of ``shape`` in the forms the server
+            writes (see ``crate::serve::wire``), or an unknown ``shape``.
+    """
 
 def search_event_rows(
     op_id: str,

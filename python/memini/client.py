@@ -120,7 +120,7 @@ def _answer(method: wire.Method, response: _Answer) -> Any:
     if response.status_code < 300:
         if method.returns is NoneType:  # e.g. upsert, whose answer is the stored id
             return None
-        return method.decode_result(wire.loads(response.content))
+        return method.decode_answer(response.content)
     raise _error(response)
 
 

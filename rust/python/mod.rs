@@ -18,9 +18,10 @@ mod rules;
 mod spawn;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
 use crate::rank::Standing;
+use crate::serve::wire::{self, Answer, Shape};
 use crate::types::{Metric, Micros};
 
 /// The build profile of this extension ("release" or "debug"); benchmarks refuse debug.
@@ -125,6 +126,27 @@ fn fingerprint(content: &str) -> String {
     crate::types::fingerprint(content)
 }
 
+/// A served answer holding memories (`crate::serve::wire::read`) as the objects the local
+/// call returns (`convert`): `RemoteStore`'s reader of searches, recalls, `get`, `list`
+/// and `update`.
+#[pyfunction]
+fn read_answer<'py>(py: Python<'py>, data: &[u8], shape: &str) -> PyResult<Bound<'py, PyAny>> {
+    let shape = Shape::parse(shape).map_err(|e| errors::to_py(py, e))?;
+    Ok(match errors::run(py, || wire::read(shape, data))? {
+        Answer::Memory(m) => convert::memory(py, *m)?,
+        Answer::Memories(ms) => convert::memories(py, ms)?.into_any(),
+        Answer::Hits(hits) => convert::hits(py, hits)?.into_any(),
+        Answer::HitsMany(all) => {
+            let lists = all
+                .into_iter()
+                .map(|hits| convert::hits(py, hits))
+                .collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, lists)?.into_any()
+        }
+        Answer::Recalled(found) => convert::recalled(py, found)?.into_any(),
+    })
+}
+
 /// `crate::limits`' maxima as module attributes (read by `memini.limits`).
 fn add_limits(m: &Bound<'_, PyModule>) -> PyResult<()> {
     use crate::limits::{
@@ -192,6 +214,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(front::event_summary, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_content, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(read_answer, m)?)?;
     m.add_function(wrap_pyfunction!(front::search_event_rows, m)?)?;
     m.add_function(wrap_pyfunction!(ranking, m)?)?;
     m.add_function(wrap_pyfunction!(rules::fuse, m)?)?;

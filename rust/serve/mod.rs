@@ -18,7 +18,7 @@
 pub mod auth;
 pub mod events;
 mod native;
-mod wire;
+pub mod wire;
 mod writes;
 
 use std::convert::Infallible;
