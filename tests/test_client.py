@@ -301,8 +301,7 @@ def test_every_method_binds_as_its_signature() -> None:
 
 
 def test_decoding_keeps_every_value(tmp_path: Path) -> None:
-    """The decoder's shortcuts (scalars, ints and lists as they are, a dataclass built from
-    its fields) give what a local store gives."""
+    """Served answers (a memory, hits: read by the core) give what a local store gives."""
     opts = ServerOptions(port=0, mcp=False)
     server = Server.open(tmp_path / "store", dims=4, options=opts)
     server.start()
@@ -499,9 +498,8 @@ _ROW = {"id": "a", "namespace": "n", "content": "x"}
 def test_null_and_empty_fields_decode_as_their_decoders_say(
     value: Any, hint: Any, want: Any
 ) -> None:
-    """The decoder's shortcuts (no decoder call for null and empty fields, an enum's or a
-    datetime's str converted without one) give what the field's decoder gives, and refuse
-    what it refuses."""
+    """Null and empty fields, an enum's or a datetime's str decode as the field's decoder
+    says, and what it refuses is refused."""
     if isinstance(want, str):
         with pytest.raises(memini.InvalidArgumentError, match=want):
             wire.decode(value, hint, "result")
@@ -513,9 +511,8 @@ def test_null_and_empty_fields_decode_as_their_decoders_say(
 
 
 def test_objects_of_every_shape_decode_alike() -> None:
-    """A dataclass's decoding, worked out once per shape of object (its keys and their JSON
-    types), decodes each object by its own shape: the same keys with other types, fields
-    left out, unknown ones refused, and more shapes than are kept (300 of 512)."""
+    """A dataclass decodes each object by its own keys and values: the same keys with other
+    types, fields left out (300 combinations), unknown ones refused."""
     when = "2026-01-31T12:00:00+00:00"
     optional = {"summary": "s", "importance": 0.5, "tags": ["t"], "metadata": {"k": [1]},
                 "confidence": 0.5, "level": None, "superseded_by": "b", "valid_from": when,

@@ -554,7 +554,6 @@ def _decoder(hint: object) -> _Dec:
                 raise InvalidArgumentError(f"{p} must be a JSON array, got an object")
             return _plain_any(v, p)
 
-        _EMPTY_AS_IS[dec_list] = _LIST  # an object is refused above
         return dec_list
     return _plain_any
 
@@ -588,11 +587,13 @@ def _enum_decoder(cls: type[enum.Enum]) -> _Dec:
             return members.get(v, v)
         return _plain_any(v, p)
 
-    _BY_STR[dec] = members.__getitem__
     return dec
 
 
 def _dataclass_decoder(cls: type) -> _Dec:
+    """An object of the dataclass's fields (the optional ones may be left out; an unknown one
+    is refused), each decoded by its annotation. The answers of the hot calls, whose
+    memories are many, are not decoded here but in the core (`_CORE_ANSWERS`)."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: _decoder(hints[f.name]) for f in dataclasses.fields(cls)}
     required = [
@@ -600,25 +601,19 @@ def _dataclass_decoder(cls: type) -> _Dec:
         for f in dataclasses.fields(cls)
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
-    required_set = frozenset(required)
+    required_set, known = frozenset(required), fields.keys()
     name = cls.__name__
-    # the JSON types each field takes as they are: no decoder call, no path (a search
-    # answer's ten memories were ~110 us of the client's decoding; an int field such as
-    # Memory.access_count ~100 ns more per memory through `_int_value`); and the fields an
-    # empty array or object passes as it is (a memory's tags, metadata, links)
+    # the JSON types each field's decoder returns as they are: no call, no path made
     as_is = {k: _as_is(d) for k, d in fields.items()}
-    empty = {k: _EMPTY_AS_IS.get(d, frozenset()) for k, d in fields.items()}
-    known = fields.keys()
     # every field given, a class whose __init__ only sets them: its __dict__ set at once
-    # (`cls(**out)` was ~1-3 us of a memory's ~10)
+    # (`cls(**out)` is ~4 us of a memory's ~15 in an upsert's body)
     plain_init = _plain_init(cls)
-    # What to do with an object of a shape (its keys, the JSON types of its values), worked
-    # out once per shape, not per field of every object (the ten memories of a search answer
-    # have one or two shapes; 3.7 -> 2.6 us a memory): the fields to decode (with whether
-    # an empty value is kept), and whether it is built from its __dict__.
-    plans: dict[tuple[tuple[str, ...], tuple[type, ...]], _Plan] = {}
 
-    def plan(v: dict[str, Any], p: str, shape: tuple[tuple[str, ...], tuple[type, ...]]) -> _Plan:
+    def dec(v: Any, p: str) -> Any:
+        if not isinstance(v, dict):
+            return _plain_any(v, p)
+        if len(v) == 1 and (got := _unmark(v, p)) is not v:
+            return got
         if not v.keys() <= known:
             unknown = next(k for k in v if k not in fields)
             raise InvalidArgumentError(
@@ -627,35 +622,8 @@ def _dataclass_decoder(cls: type) -> _Dec:
         if not required_set <= v.keys():
             missing = next(k for k in required if k not in v)
             raise InvalidArgumentError(f"{p} lacks the required field {missing!r} of a {name}")
-        todo = tuple(
-            (k, fields[k], kind in empty[k], _BY_STR.get(fields[k]) if kind is str else None)
-            for k, kind in zip(*shape, strict=True)
-            if kind not in as_is[k]
-        )
-        if len(plans) >= _PLANS:
-            plans.clear()
-        plans[shape] = got = (todo, plain_init and len(v) == len(known))
-        return got
-
-    def dec(v: Any, p: str) -> Any:
-        if not isinstance(v, dict):
-            return _plain_any(v, p)
-        if len(v) == 1 and (got := _unmark(v, p)) is not v:
-            return got
-        shape = (tuple(v), tuple(map(type, v.values())))
-        todo, whole = plans.get(shape) or plan(v, p, shape)
-        out = dict(v)
-        for k, d, unless_empty, by_str in todo:
-            x = out[k]
-            if by_str is not None:
-                try:
-                    out[k] = by_str(x)
-                    continue
-                except (ValueError, KeyError):  # the decoder says what it makes of it
-                    pass
-            if x or not unless_empty:
-                out[k] = d(x, f"{p}.{k}")
-        if whole:
+        out = {k: x if type(x) in as_is[k] else fields[k](x, f"{p}.{k}") for k, x in v.items()}
+        if plain_init and len(out) == len(known):
             obj: Any = _new(cls)
             obj.__dict__ = out
             return obj
@@ -664,8 +632,6 @@ def _dataclass_decoder(cls: type) -> _Dec:
     return dec
 
 
-_Plan = tuple[tuple[tuple[str, _Dec, bool, Callable[[str], Any] | None], ...], bool]
-_PLANS: Final = 256  # shapes kept per dataclass (more: forgotten, worked out again)
 _new: Final = object.__new__
 
 
@@ -691,16 +657,6 @@ _AS_IS: Final[dict[_Dec, frozenset[type]]] = {
     _plain_any: frozenset({NoneType, *_SCALARS}),
     _int_value: frozenset({NoneType, int}),
 }
-# the decoders that return an empty JSON array or object as it is (or an equal one), and
-# which of the two: not `_int_value` (it refuses both), `_array_value` (an empty array) nor
-# a dataclass's (its required fields); each list decoder adds itself, for an array only
-_LIST: Final = frozenset({list})
-_EMPTY_AS_IS: Final[dict[_Dec, frozenset[type]]] = dict.fromkeys(
-    (_plain_any, _dt, _vector), frozenset({list, dict})
-)
-# what a decoder makes of a str when it raises nothing (ValueError, KeyError: the decoder's
-# own answer), called without a path: a memory's tier and datetimes (~0.15 us each)
-_BY_STR: Final[dict[_Dec, Callable[[str], Any]]] = {_dt: datetime.fromisoformat}
 
 
 def _as_is(dec: _Dec) -> frozenset[type]:
