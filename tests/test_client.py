@@ -11,6 +11,7 @@ import http.server
 import inspect
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -177,6 +178,21 @@ def test_a_broken_answer_is_a_protocol_error_and_the_server_unavailable(
             assert await a.count("n") == 7
 
     asyncio.run(main())
+
+
+def test_an_answer_later_than_the_timeout_is_a_read_timeout(fake: Any) -> None:
+    """The timeout the kernel keeps on a kept connection (`_kernel_timeout`) ends a call
+    whose answer is late, as a read timeout (the server unavailable), on time; the next
+    call is answered on a new connection."""
+    with memini.connect(_url(fake), timeout=0.2, retry_for=0) as s:
+        assert s.count("n") == 7
+        fake.mode = "slow"
+        t0 = time.monotonic()
+        with pytest.raises(UnavailableError, match="ReadTimeout"):
+            s.count("n")
+        assert time.monotonic() - t0 < 0.9
+        fake.mode = "length"
+        assert s.count("n") == 7
 
 
 def test_an_async_call_cancelled_mid_answer_closes_its_connection(fake: Any) -> None:

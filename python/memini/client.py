@@ -12,15 +12,18 @@ httpx's client spent ~400-850 us of CPU per call (URL parsing, header models, po
 tracing), more than the server's work for a search. h11 checks and renders each request's
 head once per path and body length (`_Start`); `_read_answer` reads the common answer (one
 Content-Length) itself and leaves every other one, malformed ones included, to h11 (its
-state machine was ~33 us of a call's CPU hot, more in a client's loop). Client CPU per call
-against a live ``memini serve`` (5k rows, 384-d, k=10; process CPU time of a client process
-over 300 calls, best of 3; `benches/bench_server.py::test_remote_store_client_cpu`, two runs
-alternating with the previous client on a loaded 2-core machine): `RemoteStore`
-``vector_search`` 116-120 us (was 227-229: h11 on every answer, every field of every hit
-checked), ``count`` 31 us (was 86-90); `AsyncRemoteStore` 146-151 and 50-51 us (was 279-289
-and 111-170); httpx, at 20k rows: 705, 432 and 1,047 us. An ``https://`` URL, or one a proxy
-variable (``HTTP_PROXY``, ``ALL_PROXY``; not ``NO_PROXY``) applies to, goes through httpx,
-which does TLS and proxies.
+state machine was ~33 us of a call's CPU hot, more in a client's loop). The answers holding
+memories (searches, recall, ``get``, ``list``, ``update``) are read by the core into the
+objects a local call returns (`memini._wire.Method.decode_answer`); the socket's timeout is
+kept by the kernel, not polled for before each send and receive (`_kernel_timeout`). Client
+CPU per call against a live ``memini serve`` (5k rows, 384-d, k=10; process CPU time of a
+client process over 300 calls, best of 3;
+`benches/bench_server.py::test_remote_store_client_cpu`, six runs alternating with the
+previous client on a loaded 2-core machine): `RemoteStore` ``vector_search`` 99-112 us (was
+123-137: hits decoded in Python; 227-229 with h11 on every answer), ``count`` 28-36 us (was
+32-35); `AsyncRemoteStore` 134-163 and 51-60 us (was 155-170 and 50-64); httpx, at 20k rows:
+705, 432 and 1,047 us. An ``https://`` URL, or one a proxy variable (``HTTP_PROXY``,
+``ALL_PROXY``; not ``NO_PROXY``) applies to, goes through httpx, which does TLS and proxies.
 
 Failures and what to do about them:
 
@@ -49,6 +52,8 @@ import os
 import re
 import select
 import socket
+import struct
+import sys
 import threading
 import time
 import urllib.request
@@ -234,9 +239,10 @@ def _read_answer(start: _Start, content: bytes) -> Generator[None, bytes, tuple[
 
     The common answer (`_framing`) is read here: a k=10 search answer with h11's state
     machine (the request's events included) took 36.9 us of CPU, here 4.1 us (hot loop,
-    best of 5; ~100 us less per call in a client's loop together with the decoder's
-    plans, `benches/bench_server.py::test_remote_store_client_cpu`). Any other answer,
-    malformed ones included, is replayed read by read into h11, to read or refuse.
+    best of 5; ~100 us less per call in a client's loop together with the faster hit
+    decoding of the time, `benches/bench_server.py::test_remote_store_client_cpu`). Any
+    other answer, malformed ones included, is replayed read by read into h11, to read or
+    refuse.
 
     Raises:
         httpx.RemoteProtocolError: A malformed answer, or the connection ended early.
@@ -301,9 +307,9 @@ def _h11_answer(
 
 
 class _Connection:
-    """One keep-alive connection: its socket."""
+    """One keep-alive connection: its socket (and a poll of it, where there is poll)."""
 
-    __slots__ = ("sock",)
+    __slots__ = ("poll", "sock")
 
     def __init__(self, address: tuple[str, int], timeout: float) -> None:
         try:
@@ -313,14 +319,17 @@ class _Connection:
         except OSError as e:  # refused, unreachable, unknown host: the request never left
             raise httpx.ConnectError(str(e)) from e
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _kernel_timeout(self.sock, timeout)
+        self.poll: Any = None
+        if hasattr(select, "poll"):  # any descriptor number (select's stop at 1024)
+            self.poll = select.poll()
+            self.poll.register(self.sock, select.POLLIN)
 
     def stale(self) -> bool:
         """Whether the idle connection was closed by the server (readable = EOF or junk)."""
         try:
-            if hasattr(select, "poll"):  # any descriptor number (select's stop at 1024)
-                poll = select.poll()
-                poll.register(self.sock, select.POLLIN)
-                return bool(poll.poll(0))
+            if self.poll is not None:
+                return bool(self.poll.poll(0))
             return bool(select.select([self.sock], [], [], 0)[0])
         except (OSError, ValueError):
             return True
@@ -330,7 +339,7 @@ class _Connection:
         connection."""
         try:
             self.sock.sendall(start.head + content)
-        except TimeoutError as e:
+        except (TimeoutError, BlockingIOError) as e:  # BlockingIOError: `_kernel_timeout`'s
             raise httpx.WriteTimeout(str(e)) from e
         except OSError as e:
             raise httpx.WriteError(str(e)) from e
@@ -343,13 +352,28 @@ class _Connection:
         except StopIteration as done:
             reply: tuple[_Reply, bool] = done.value
             return reply
-        except TimeoutError as e:
+        except (TimeoutError, BlockingIOError) as e:
             raise httpx.ReadTimeout(str(e)) from e
         except OSError as e:
             raise httpx.ReadError(str(e)) from e
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _kernel_timeout(sock: socket.socket, timeout: float) -> None:
+    """On Linux, ``sock`` made blocking with ``timeout`` kept by the kernel (SO_RCVTIMEO,
+    SO_SNDTIMEO; a send or receive that times out raises `BlockingIOError`): Python's own
+    timeout polls the socket before every send and receive, two system calls more per call
+    (~3-7 us of a call's CPU, `benches/bench_server.py::test_remote_store_client_cpu`).
+    Elsewhere (another ``struct timeval``) Python keeps it."""
+    if not sys.platform.startswith("linux"):
+        return
+    micros = max(1, round(timeout * 1e6))
+    tv = struct.pack("@ll", micros // 1_000_000, micros % 1_000_000)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    sock.settimeout(None)
 
 
 class _Target:
