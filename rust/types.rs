@@ -592,6 +592,38 @@ mod tests {
     }
 
     #[test]
+    fn from_civil_inverts_civil_and_refuses_what_is_no_instant() {
+        let (min, max) = (-62_135_596_800_000_000, 253_402_300_799_999_999);
+        let mut us = min;
+        while us < max {
+            let c = civil(us).unwrap();
+            assert_eq!(from_civil(&c), Some(us), "{c:?}");
+            us += 86_399_999_999 * 7 + 13; // days, hours and digits of every kind
+        }
+        assert_eq!(from_civil(&civil(max).unwrap()), Some(max));
+        let c = civil(0).unwrap();
+        for bad in [
+            Civil {
+                month: 2,
+                day: 30,
+                ..c
+            },
+            Civil { month: 13, ..c },
+            Civil { day: 0, ..c },
+            Civil { hour: 24, ..c },
+            Civil { second: 60, ..c },
+            Civil {
+                micro: 1_000_000,
+                ..c
+            },
+            Civil { year: 0, ..c },
+            Civil { year: 10_000, ..c },
+        ] {
+            assert_eq!(from_civil(&bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn now_micros_is_after_2020() {
         assert!(now_micros() > 1_577_836_800_000_000);
     }

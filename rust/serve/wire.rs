@@ -263,7 +263,10 @@ impl Shape {
         }
     }
 
-    /// The shape named `name`; the error lists the names.
+    /// The shape named `name`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for another name, listing the names.
     pub fn parse(name: &str) -> Result<Self> {
         Self::ALL
             .iter()
@@ -279,13 +282,18 @@ impl Shape {
     }
 }
 
-/// An answer [`read`] read.
+/// An answer [`read`] read, one variant per [`Shape`].
 #[derive(Debug)]
 pub enum Answer {
+    /// [`Shape::Memory`]'s.
     Memory(Box<Memory>),
+    /// [`Shape::Memories`]'s.
     Memories(Vec<Memory>),
+    /// [`Shape::Hits`]'s.
     Hits(Vec<Scored>),
+    /// [`Shape::HitsMany`]'s.
     HitsMany(Vec<Vec<Scored>>),
+    /// [`Shape::Recalled`]'s.
     Recalled(Vec<Recalled>),
 }
 
@@ -462,19 +470,18 @@ impl<'de> Deserialize<'de> for Time {
 }
 
 fn parse_time(t: &[u8]) -> Option<Micros> {
-    let (body, micro) = match t.len() {
-        25 => (t, 0),
-        32 if t[19] == b'.' => (t, number(&t[20..26])?),
+    let micro = match t.len() {
+        25 => 0,
+        32 if t[19] == b'.' => number(&t[20..26])?,
         _ => return None,
     };
-    let zone = &t[t.len() - 6..];
     let seps = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')];
-    if zone != b"+00:00" || seps.iter().any(|&(i, c)| body[i] != c) {
+    if &t[t.len() - 6..] != b"+00:00" || seps.iter().any(|&(i, c)| t[i] != c) {
         return None;
     }
-    let two = |i: usize| number(&body[i..i + 2]).and_then(|v| u8::try_from(v).ok());
+    let two = |i: usize| number(&t[i..i + 2]).and_then(|v| u8::try_from(v).ok());
     let c = Civil {
-        year: i32::try_from(number(&body[..4])?).ok()?,
+        year: i32::try_from(number(&t[..4])?).ok()?,
         month: two(5)?,
         day: two(8)?,
         hour: two(11)?,
