@@ -496,14 +496,14 @@ fn small_block<const M: usize>(
 ) {
     let rows: [&[f32]; M] = std::array::from_fn(|r| &a.x[(r0 + r) * a.stride..][..k]);
     let mut acc = [[0f32; COLS]; M];
-    for i in 0..k {
-        let bs: &[f32; COLS] = b.x[i * b.stride + col..][..COLS]
+    for (i, b_row) in b.x.chunks(b.stride).take(k).enumerate() {
+        let bs: &[f32; COLS] = b_row[col..col + COLS]
             .try_into()
             .unwrap_or_else(|_| unreachable!("a block has COLS columns"));
-        for r in 0..M {
-            let x = rows[r][i];
+        for (acc, row) in acc.iter_mut().zip(rows) {
+            let x = row[i];
             for j in 0..COLS {
-                acc[r][j] = x.mul_add(bs[j], acc[r][j]);
+                acc[j] = x.mul_add(bs[j], acc[j]);
             }
         }
     }
