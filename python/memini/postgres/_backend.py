@@ -63,11 +63,19 @@ from memini.postgres._pool import (
     DEFAULT_EF_SEARCH,
     Conn,
     Pool,
+    numbered,
     stack_vectors,
     translate,
     use_ef_search,
 )
-from memini.postgres._rows import SELECT, decode_text, query_words, to_memory, write_values
+from memini.postgres._rows import (
+    SELECT,
+    decode_text,
+    decoded,
+    query_words,
+    to_memory,
+    write_values,
+)
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
 from memini.postgres._search import (
     KEYWORD_RANK,
@@ -611,7 +619,7 @@ class PgEngine:
             sql, params = self._vector_statement(conn, namespace, filter, k)
             params["q"] = vector
             rows = conn.rows(sql, params)
-        return [Scored(to_memory(r), s) for r, s in self._ranked(vector, rows, k)]
+        return [Scored(to_memory(decoded(r)), s) for r, s in self._ranked(vector, rows, k)]
 
     def vector_search_many(
         self, namespace: str, vectors: npt.NDArray[np.float32], filter: FilterSpec, k: int
@@ -623,12 +631,12 @@ class PgEngine:
             sql, params = self._vector_statement(conn, namespace, filter, k)
             with conn.pipeline():
                 cursors = [
-                    conn.search_cursor().execute(sql, {**params, "q": q}, prepare=True)
+                    conn.search_cursor().execute(*numbered(sql, {**params, "q": q}), prepare=True)
                     for q in vectors
                 ]
             found = [c.fetchall() for c in cursors]
         return [
-            [Scored(to_memory(r), s) for r, s in self._ranked(q, rows, k)]
+            [Scored(to_memory(decoded(r)), s) for r, s in self._ranked(q, rows, k)]
             for q, rows in zip(vectors, found, strict=True)
         ]
 
@@ -655,7 +663,7 @@ class PgEngine:
                 terms = 0  # its words were all stopwords: search them as they are
         hits = [r[2:] for r in rows if r[0] == "k"]
         hits.sort(key=lambda r: (-r[-1], r[0]))
-        return [Scored(to_memory(r), float(r[-1])) for r in hits]
+        return [Scored(to_memory(decoded(r)), float(r[-1])) for r in hits]
 
     def _lookup(
         self, conn: Conn, namespaces: builtins.list[str], words: builtins.list[str]
@@ -712,11 +720,12 @@ class PgEngine:
                     pool,
                     (fusion, fusion_param, context, quality, dedup),
                 )
-                ids = [decode_text(cand_ids[n]) for n, *_ in order]
-                full = {r[0]: r for r in conn.rows(_BY_IDS, {"ids": ids})}
+                ids = [cand_ids[n] for n, *_ in order]  # as stored, as the rows read
+                wanted = {"ids": [decode_text(id) for id in ids]}
+                full = {r[0]: r for r in conn.rows(_BY_IDS, wanted)}
             found = [
                 Recalled(
-                    memory=to_memory(full[id]),
+                    memory=to_memory(decoded(full[id])),
                     score=score,
                     vector_score=vs,
                     keyword_score=ks,
@@ -743,7 +752,7 @@ class PgEngine:
         builtins.list[tuple[int, float, float | None, float | None, int]], builtins.list[str]
     ]:
         """Recall's first statement and the fusion: the final order and the candidates'
-        ids, in their stored form (`Conn.rows`'s ``stored``)."""
+        ids, in their stored form (as `Conn.rows` reads them)."""
         fusion, fusion_param, context, quality, dedup = rule
         graph = None
         if vector is not None:
@@ -784,7 +793,7 @@ class PgEngine:
                 recount,
             )
             params["q"] = vector
-            rows = conn.rows(sql, params, stored=True)  # ids as stored: decoded for the final k
+            rows = conn.rows(sql, params)  # ids as stored: decoded for the final k
             made = counts(rows, RECALL_RANK)
             for leg, pos, _, _, n in made:
                 if leg == "c":
