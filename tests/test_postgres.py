@@ -536,6 +536,37 @@ def test_recall_statement_is_built_once_per_shape() -> None:
     assert len({a, *shapes}) == 4
 
 
+def test_fuse_takes_the_rows_as_columns_one_candidate_per_id() -> None:
+    """`memini._core.fuse` takes recall's rows as columns, hits as row indexes: an id found
+    by both legs (two rows) is one candidate, its first row; neighbours are the candidates
+    at a row's previous/next seq; columns of unequal length or an index past them are
+    refused."""
+    from memini import _core
+
+    def rows(prev: tuple[int | None, ...], nxt: tuple[int | None, ...]) -> Any:
+        n = 4
+        fps = ("fa", "fb", "fa", "fc")
+        return (("a", "b", "a", "c"), ("semantic",) * n, (0.5,) * n, (None,) * n, (1,) * n,
+                (1,) * n, (0,) * n, fps, (10, 20, 10, 30), prev, nxt)  # fmt: skip
+
+    vleg, kleg = [(0, 0.9, 0), (1, 0.8, 0)], [(2, 3.0, 0), (3, 1.0, 0)]
+    alone = (None,) * 4
+
+    def fused(r: Any, context: float = 0.0) -> list[Any]:
+        return _core.fuse(r, vleg, kleg, "convex", 0.5, context, [1.0], False, 0, False, 10)
+
+    out = fused(rows(alone, alone))
+    assert sorted(o[0] for o in out) == [0, 1, 3]
+    assert next(o for o in out if o[0] == 0)[2:] == (0.9, 3.0, 0)
+    linked = rows((None, 10, None, None), (20, None, 20, None))  # a and b: neighbours
+    assert fused(linked, 0.5) != fused(rows(alone, alone), 0.5)
+    assert fused(linked) == out  # no context: neighbours unused
+    with pytest.raises(InvalidArgumentError, match="differ in length"):
+        fused((*rows(alone, alone)[:10], (None,) * 3))
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        _core.fuse(rows(alone, alone), [(4, 1.0, 0)], [], "rrf", 60, 0, [], False, 0, False, 3)
+
+
 def test_search_rows_carry_the_stored_vectors_bit_for_bit(pg_url: str) -> None:
     """`Conn.rows` reads vectors as bytes and `stack_vectors` converts them all at once:
     the same float32 values as stored (signed zeros, subnormals, extremes)."""
