@@ -185,7 +185,7 @@ def test_append_served_search_rows(benchmark: Any, tmp_path: Path) -> None:
         benchmark.group = "append_events"
         benchmark.pedantic(run, rounds=1, iterations=1)
         explain = f"EXPLAIN QUERY PLAN {events_module._UNPACK_ROWS}"
-        plan = [r[3] for r in db._conn.execute(explain, ("[]",))]
+        plan = [r[3] for r in db._conn.execute(explain, ("[]", 1))]
         check_plan(plan, ["MATERIALIZE"])
         per_row = {k: 1e6 * sorted(v)[len(v) // 2] / len(rows) for k, v in times.items()}
         benchmark.extra_info.update(
