@@ -2,6 +2,8 @@
 
 * ``append_events`` of 100 rows per operation (one batch = one op_id), on disk (WAL,
   ``synchronous=FULL``: every call is a durable commit) and in memory;
+* a batch of the served log (the rows of 200 k=10 searches) packed by the core against the
+  same rows as tuples, on disk: CPU per row;
 * ``list_events`` over ``MEMINI_BENCH_EVENTS`` events (default 1,000,000) with a text filter
   (rare, common and absent text) and with a keyset cursor deep in the log (alone, with one
   namespace, several namespaces, kinds, and text).
@@ -22,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memini import events as events_module
@@ -135,6 +138,62 @@ def test_append_events_100_rows_per_op(benchmark: Any, tmp_path: Path, where: st
         benchmark.extra_info["rows_per_op"] = 100
         benchmark.extra_info["durable"] = where == "disk"
         assert db.stats()["events"] == 100 * next(ops)
+    finally:
+        db.close()
+
+
+def _served_batch(searches: int, rng: random.Random) -> tuple[Any, ...]:
+    """The rows of ``searches`` served k=10 searches as the server's log takes them from the
+    core, one operation: as tuples and as one `memini.events.PackedRows`."""
+    from memini._core import search_event_rows
+    from memini.types import new_id
+
+    def hit() -> tuple[str, str, str, str, float]:
+        summary = " ".join(rng.choices(_WORDS, k=12)).capitalize()  # folded: a 2nd text
+        return new_id(), "ns00", "semantic", summary, float(np.float32(rng.random()))
+
+    results = [[hit() for _ in range(ROWS_PER_OP)] for _ in range(searches)]
+    call = (new_id(), "vector_search_many", "open", "10", ["ns00"], "", 1, results)
+    rows, queries, _ = search_event_rows(*call, events_module.fold, False)
+    _, _, packed = search_event_rows(*call, events_module.fold, True)
+    assert packed is not None and packed[2] == len(rows)
+    return rows, queries, packed
+
+
+def test_append_served_search_rows(benchmark: Any, tmp_path: Path) -> None:
+    """One batch of the served log (``memini.server._events.EventRecorder``): the rows of 200
+    k=10 searches appended on disk (a durable commit), packed by the core as one JSON text
+    that SQLite expands (the served path: the GIL is not held per row) against the same rows
+    bound as tuples; CPU per row of each, alternating. The plan reads each packed row once
+    (``MATERIALIZE``: a row's 17 ``json_extract`` calls on ``json_each``'s ``value`` each
+    rendered the row again)."""
+    db = MetaDB.open(tmp_path)
+    rows, queries, packed = _served_batch(200, random.Random(7))
+    times: dict[str, list[float]] = {"packed": [], "tuples": []}
+
+    def run() -> None:
+        for _ in range(5):
+            for how in times:
+                c0 = time.process_time()
+                if how == "packed":
+                    db.append_event_rows([], [], packed)
+                else:
+                    db.append_event_rows(rows, queries)
+                times[how].append(time.process_time() - c0)
+
+    try:
+        benchmark.group = "append_events"
+        benchmark.pedantic(run, rounds=1, iterations=1)
+        explain = f"EXPLAIN QUERY PLAN {events_module._UNPACK_ROWS}"
+        plan = [r[3] for r in db._conn.execute(explain, ("[]", 1))]
+        check_plan(plan, ["MATERIALIZE"])
+        per_row = {k: 1e6 * sorted(v)[len(v) // 2] / len(rows) for k, v in times.items()}
+        benchmark.extra_info.update(
+            {f"{k}_cpu_us_per_row": round(v, 2) for k, v in per_row.items()}
+            | {"rows_per_batch": len(rows), "plan": plan}
+        )
+        print(f"\nserved batch of {len(rows)} rows, CPU per row (us): {per_row}")
+        assert db.stats()["events"] == 2 * len(rows) * len(times["packed"])
     finally:
         db.close()
 

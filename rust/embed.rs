@@ -86,7 +86,7 @@ impl BertConfig {
         };
         if cfg.heads == 0
             || !cfg.hidden.is_multiple_of(cfg.heads)
-            || !cfg.hidden.is_multiple_of(16)
+            || !(cfg.hidden / cfg.heads).is_multiple_of(16)
             || !cfg.intermediate.is_multiple_of(16)
             || cfg.max_tokens < 2
         {
@@ -577,5 +577,8 @@ mod tests {
         );
         let err = BertConfig::from_hf_json(r#"{"hidden_size": 384}"#, 256).err();
         assert!(err.is_some_and(|e| e.to_string().contains("num_hidden_layers")));
+        // attention's blocks need heads a multiple of 16 wide (384 / 16 heads = 24)
+        let err = BertConfig::from_hf_json(&json.replace(": 12,", ": 16,"), 256).err();
+        assert!(err.is_some_and(|e| e.to_string().contains("cannot run")));
     }
 }

@@ -1026,3 +1026,32 @@ def test_a_value_json_cannot_carry_sends_the_batch_as_tuples(
     finally:
         old.close()
         new.close()
+
+
+def test_packed_rows_take_the_next_ids_in_order() -> None:
+    """Packed rows take the ids after every id handed out, in the order they were packed:
+    after rows pruned (an id is never reused), after an import that moved the sequence
+    (``next_id``), and after the rows of the same batch given as tuples."""
+    from memini._core import search_event_rows
+
+    hits = [[(f"m{i}", "ns", "semantic", "s", 0.5) for i in range(3)]]
+    call = ("op", "recall", "c", "10", ["ns"], "", 7, hits)
+    _, _, pack = search_event_rows(*call, events_module.fold, True)
+    assert pack is not None
+    meta = MetaDB.open(None)
+    try:
+        meta.append_event_rows([], [], pack)  # ids 1-3
+        assert meta.prune_events(older_than=datetime.now(UTC)) == 3
+        meta.append_event_rows([], [], pack)  # ids 4-6
+        meta.import_events([], next_id=100)
+        row = events_module.event_row("op0", "remember", "ns", "", "m", "ns", None, "", 0, None,
+                                      "{}", 5)  # fmt: skip
+        meta.append_event_rows([row], [], pack)  # ids 100, 101-103
+        got = sorted((e.id, e.op_id, e.memory_id) for e in meta.list_events())
+        assert got == [
+            (4, "op", "m0"), (5, "op", "m1"), (6, "op", "m2"),
+            (100, "op0", "m"), (101, "op", "m0"), (102, "op", "m1"), (103, "op", "m2"),
+        ]  # fmt: skip
+        assert meta.stats()["next_event_id"] == 104
+    finally:
+        meta.close()

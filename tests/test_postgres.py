@@ -423,8 +423,8 @@ def test_searches_on_one_connection_answer_as_embedded_around_a_large_answer(
 
 
 def test_recall_ranks_escaped_ids_as_embedded(pg_url: str) -> None:
-    """Recall ranks its candidates by their ids in the stored form (`Conn.rows`'s
-    ``stored``: the escape of U+0000/U+0001 kept, decoded for the final ``k``): ids that
+    """Recall ranks its candidates by their ids in the stored form (as `Conn.rows` reads
+    them: the escape of U+0000/U+0001 kept, decoded for the final ``k``): ids that
     escape, tied on every score, come back decoded and in the embedded store's order, with
     its scores, and with and without the keyword leg as before."""
     ids = ["a\x01", "a\x00", "a", "a\x02", "a\x00b", "a\x01\x01", "b\x00"]
@@ -454,6 +454,117 @@ def test_recall_ranks_escaped_ids_as_embedded(pg_url: str) -> None:
         hybrid = pg.recall("n", "shared words", np.ones(4), k=len(ids))
         assert sorted(r.memory.id for r in hybrid) == sorted(ids)
         assert all(r.memory.content.startswith("shared") for r in hybrid)
+
+
+@pytest.mark.parametrize("text", ["\x00", "\x01", "\x01\x02", "a\x00\x01b\x01\x01"])
+def test_searches_decode_every_escaped_text_column(pg_url: str, text: str) -> None:
+    """Searches read text in its stored form (`Conn.rows`) and decode a row once
+    (`memini.postgres._rows.decoded`): every text column that can hold U+0000/U+0001 (id,
+    content, summary, tags, superseded_by, linked ids; metadata beside them)
+    comes back as the embedded store's, from every search (a namespace holds neither)."""
+    ns = "n"
+    rows = [
+        Memory(
+            id=f"m{i}{text}" if i % 2 else f"m{i}",
+            namespace=ns,
+            content=f"shared words {i}{text}",
+            summary=f"sum{text}" if i % 3 else "",
+            tags=[f"t{text}", "plain"] if i % 2 == 0 else [],
+            metadata={"k": f"v{text}"},
+            superseded_by=f"m9{text}" if i == 4 else None,
+            linked_memory_ids=[f"m1{text}", "m0"] if i % 4 == 1 else [],
+            created_at=T0,
+            updated_at=T0,
+            last_accessed_at=T0,
+            embedding=np.arange(4) + i,
+        )
+        for i in range(6)
+    ]
+    everything = Filter(include_superseded=True)
+    q = np.ones(4)
+
+    def found(s: Store) -> list[Any]:
+        return [
+            [(h.memory, round(h.score, 6)) for h in s.vector_search(ns, q, everything, k=6)],
+            [[h.memory for h in hits] for hits in s.vector_search_many(ns, [q], everything, k=6)],
+            sorted((h.memory.id, h.memory) for h in s.keyword_search(ns, "shared", everything)),
+            [(r.memory, round(r.score, 6)) for r in s.recall(ns, "", q, everything, k=6)],
+            sorted((r.memory.id, r.memory) for r in s.recall(ns, "shared", q, everything, k=6)),
+        ]
+
+    with (
+        Store.open(pg_url, dims=4, metric="cos") as pg,
+        Store.open(None, dims=4, metric="cos") as emb,
+    ):
+        pg.upsert_many(rows)
+        emb.upsert_many(rows)
+        got = found(pg)
+        assert got == found(emb)
+        assert len(got[0]) == 6 and any(m.superseded_by for m, _ in got[0])
+
+
+def test_search_statements_run_with_numbered_placeholders(pg_url: str) -> None:
+    """`Conn.rows` numbers a statement's named placeholders once per text (a name used
+    twice binds one parameter, ``%%`` is a percent sign) and reads text as stored."""
+    from memini.postgres._pool import numbered
+
+    sql = "SELECT %(a)s::int8 + %(b)s::int8, %(a)s::int8 %% 5, %(t)s::text, '%%'"
+    text, args = numbered(sql, {"b": 1, "t": "x\x00", "a": 12, "unused": 0})
+    assert text == b"SELECT $1::int8 + $2::int8, $1::int8 % 5, $3::text, '%'"
+    assert args == [12, 1, "x\x00"]
+    assert numbered(sql, {"a": 0, "b": 0, "t": ""})[0] is text  # numbered once
+    with Store.open(pg_url, dims=4) as s, s._engine._p.read() as conn:
+        assert conn.rows(sql, {"a": 12, "b": 1, "t": "x\x00"}) == [(13, 2, "x\x01\x01", "%")]
+
+
+def test_recall_statement_is_built_once_per_shape() -> None:
+    """`recall_sql` builds the text once per shape (the same string object, so psycopg and
+    `numbered` find it in their caches) and binds each call's values as parameters."""
+    from memini._convert import filter_to_spec
+    from memini.postgres._search import recall_sql
+
+    def sql(ns: str, tags: list[str], tiers: list[str] | None, context: bool) -> Any:
+        spec = filter_to_spec(Filter(tags=tags) if tags else None)
+        return recall_sql("cos", 4, spec, [(ns, tiers)], [True], None, 0, 50, context)
+
+    a, pa = sql("n", ["x"], None, True)
+    b, pb = sql("other", ["y", "z"], None, True)
+    assert a is b
+    assert (pa["ns0"], pa["f_tags"], pb["ns0"], pb["f_tags"]) == ("n", ["x"], "other", ["y", "z"])
+    shapes = [sql("n", [], None, True)[0], sql("n", ["x"], ["semantic"], True)[0]]
+    shapes.append(sql("n", ["x"], None, False)[0])
+    assert len({a, *shapes}) == 4
+
+
+def test_fuse_takes_the_rows_as_columns_one_candidate_per_id() -> None:
+    """`memini._core.fuse` takes recall's rows as columns, hits as row indexes: an id found
+    by both legs (two rows) is one candidate, its first row; neighbours are the candidates
+    at a row's previous/next seq; columns of unequal length or an index past them are
+    refused."""
+    from memini import _core
+
+    def rows(prev: tuple[int | None, ...], nxt: tuple[int | None, ...]) -> Any:
+        n = 4
+        fps = ("fa", "fb", "fa", "fc")
+        return (("a", "b", "a", "c"), ("semantic",) * n, (0.5,) * n, (None,) * n, (1,) * n,
+                (1,) * n, (0,) * n, fps, (10, 20, 10, 30), prev, nxt)  # fmt: skip
+
+    vleg, kleg = [(0, 0.9, 0), (1, 0.8, 0)], [(2, 3.0, 0), (3, 1.0, 0)]
+    alone = (None,) * 4
+
+    def fused(r: Any, context: float = 0.0) -> list[Any]:
+        return _core.fuse(r, vleg, kleg, "convex", 0.5, context, [1.0], False, 0, False, 10)
+
+    out = fused(rows(alone, alone))
+    assert sorted(o[0] for o in out) == [0, 1, 3]
+    assert next(o for o in out if o[0] == 0)[2:] == (0.9, 3.0, 0)
+    linked = rows((None, 10, None, None), (20, None, 20, None))  # a and b: neighbours
+    assert fused(linked, 0.5) != fused(rows(alone, alone), 0.5)
+    assert fused(linked) == out  # no context: neighbours unused
+    with pytest.raises(InvalidArgumentError, match="differ in length"):
+        fused((*rows(alone, alone)[:10], (None,) * 3))
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        _core.fuse(rows(alone, alone), [(4, 1.0, 0)], [], "rrf", 60, 0, [], False, 0, False, 3)
 
 
 def test_search_rows_carry_the_stored_vectors_bit_for_bit(pg_url: str) -> None:

@@ -15,7 +15,7 @@ objects (built by the core, with enum members, aware UTC datetimes and parsed me
 """
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeAlias, TypeVar, final
 
 import numpy as np
@@ -153,8 +153,18 @@ def ranking(
     """(salience, effective_confidence, durable_score, recency, quality) at ``now``."""
 
 def fuse(
-    candidates: list[
-        tuple[str, str, float, float | None, int, int, int, int | None, int | None, str]
+    rows: tuple[
+        Sequence[str],
+        Sequence[str],
+        Sequence[float],
+        Sequence[float | None],
+        Sequence[int],
+        Sequence[int],
+        Sequence[int],
+        Sequence[str],
+        Sequence[int],
+        Sequence[int | None],
+        Sequence[int | None],
     ],
     vector: list[tuple[int, float, int]],
     keyword: list[tuple[int, float, int]],
@@ -169,11 +179,14 @@ def fuse(
 ) -> list[tuple[int, float, float | None, float | None, int]]:
     """Recall's fusion rule (the embedded recall's) over candidates found elsewhere.
 
-    ``candidates``: (id, tier, importance, confidence, updated_at, last_accessed_at,
-    access_count, previous neighbour index, next neighbour index, fingerprint); each leg's
-    hits are (candidate index, score, source index); ``coherence[i]`` is source ``i``'s
-    namespace's coherence (`coherence`; missing: 0). Returns the ``k`` best as (candidate
-    index, score, vector score, keyword score, source index), best first, ties by id.
+    ``rows``: the rows the hits point into, as columns (id, tier, importance, confidence,
+    updated_at, last_accessed_at, access_count, fingerprint, seq, previous seq, next seq;
+    a seq of None: no neighbour known); a row found by both legs may be there twice, the
+    first row of an id is its candidate, and a row's neighbours are the candidates at its
+    previous and next seq. Each leg's hits are (row index, score, source index);
+    ``coherence[i]`` is source ``i``'s namespace's coherence (`coherence`; missing: 0).
+    Returns the ``k`` best as (row index of the candidate's first row, score, vector score,
+    keyword score, source index), best first, ties by id.
     """
 
 def coherence_sample(n: int) -> list[int]:

@@ -299,6 +299,24 @@ fn sum(a: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// The largest of `a` (NEG_INFINITY if empty), in 8 partial maxima.
+#[inline(always)]
+fn max(a: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 8];
+    let a8 = a.chunks_exact(8);
+    let tail = a8
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    for x in a8 {
+        for j in 0..8 {
+            // a comparison, not f32::max, so that it vectorises (no NaN here)
+            acc[j] = if x[j] > acc[j] { x[j] } else { acc[j] };
+        }
+    }
+    acc.iter().fold(tail, |m, &x| m.max(x))
+}
+
 /// LayerNorm of every `gamma.len()`-wide row of `x`, in place.
 pub fn layer_norm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
     pulp::Arch::new().dispatch(LayerNorm {
@@ -347,6 +365,11 @@ impl pulp::WithSimd for LayerNorm<'_> {
 /// Multi-head self-attention of one sequence: `qkv` is `len x 3*width` (queries, already
 /// scaled by 1/sqrt(head width), then keys, then values), `out` is `len x width`. Every
 /// position of the sequence is a real token (sequences are never padded).
+///
+/// Per head, two small f32 products in register blocks ([`small_product`]): the scores
+/// `Q K^T` against the head's keys transposed (their columns padded with zeros to a multiple
+/// of [`COLS`]), a softmax per row, then `P V`. The head width must be a multiple of
+/// [`COLS`].
 pub fn attention(qkv: &[f32], out: &mut [f32], width: usize, heads: usize) {
     pulp::Arch::new().dispatch(Attention {
         qkv,
@@ -376,33 +399,116 @@ impl pulp::WithSimd for Attention<'_> {
         } = self;
         let hw = width / heads;
         let len = out.len() / width;
-        let mut scores = vec![0f32; len];
-        out.fill(0.0);
-        for h in 0..heads {
-            let at = |t: usize, part: usize| {
-                let s = t * 3 * width + part * width + h * hw;
-                &qkv[s..s + hw]
-            };
-            for i in 0..len {
-                let q = at(i, 0);
-                let mut max = f32::NEG_INFINITY;
-                for (j, s) in scores.iter_mut().enumerate() {
-                    *s = dot(q, at(j, 1));
-                    max = max.max(*s);
-                }
-                for s in &mut scores {
-                    *s = exp_neg(*s - max);
-                }
-                let total = sum(&scores);
-                let o = &mut out[i * width + h * hw..i * width + (h + 1) * hw];
-                for (j, s) in scores.iter().enumerate() {
-                    let p = s / total;
-                    for (o, v) in o.iter_mut().zip(at(j, 2)) {
-                        *o = p.mul_add(*v, *o);
-                    }
-                }
+        // columns of the scores and of the transposed keys, padded to whole blocks
+        let cols = len.next_multiple_of(COLS);
+        let stride = 3 * width;
+        // every head's keys transposed (`width x cols`), each token's keys read in one pass
+        let mut keys = vec![0f32; width * cols];
+        for (j, key) in qkv.chunks_exact(stride).enumerate() {
+            for (d, &v) in key[width..2 * width].iter().enumerate() {
+                keys[d * cols + j] = v;
             }
         }
+        let mut scores = vec![0f32; len * cols];
+        for h in 0..heads {
+            let queries = Strided {
+                x: &qkv[h * hw..],
+                stride,
+            };
+            let keys_t = Strided {
+                x: &keys[h * hw * cols..],
+                stride: cols,
+            };
+            small_product(queries, keys_t, (len, hw, cols), &mut scores, cols);
+            for row in scores.chunks_exact_mut(cols) {
+                let row = &mut row[..len];
+                let max = max(row);
+                for s in row.iter_mut() {
+                    *s = exp_neg(*s - max);
+                }
+                let total = sum(row);
+                for s in row.iter_mut() {
+                    *s /= total;
+                }
+            }
+            let probs = Strided {
+                x: &scores,
+                stride: cols,
+            };
+            let values = Strided {
+                x: &qkv[2 * width + h * hw..],
+                stride,
+            };
+            small_product(probs, values, (len, len, hw), &mut out[h * hw..], width);
+        }
+    }
+}
+
+/// Columns of a register block of [`small_product`] (two AVX2 vectors, one AVX-512's).
+const COLS: usize = 16;
+/// Rows of a register block of [`small_product`]: with [`COLS`], as many sums as AVX2's
+/// registers hold beside the operands.
+const ROWS: usize = 4;
+
+/// A matrix in row-major order with rows `stride` apart (only the first columns used).
+#[derive(Clone, Copy)]
+struct Strided<'a> {
+    x: &'a [f32],
+    stride: usize,
+}
+
+/// The product `a b` for `a` of `m x k` and `b` of `k x n`, `n` a multiple of [`COLS`], into
+/// `c` (rows `c_stride` apart), in register blocks of [`ROWS`] x [`COLS`] sums. Each sum adds
+/// its `k` products in order, so a row's result does not depend on its block.
+#[inline(always)]
+fn small_product(
+    a: Strided<'_>,
+    b: Strided<'_>,
+    (m, k, n): (usize, usize, usize),
+    c: &mut [f32],
+    c_stride: usize,
+) {
+    for col in (0..n).step_by(COLS) {
+        let mut r0 = 0;
+        while r0 < m {
+            let rows = (m - r0).min(ROWS);
+            match rows {
+                4 => small_block::<4>(a, b, k, r0, col, c, c_stride),
+                3 => small_block::<3>(a, b, k, r0, col, c, c_stride),
+                2 => small_block::<2>(a, b, k, r0, col, c, c_stride),
+                _ => small_block::<1>(a, b, k, r0, col, c, c_stride),
+            }
+            r0 += rows;
+        }
+    }
+}
+
+/// Rows `r0 .. r0 + M` and columns `col .. col + COLS` of [`small_product`].
+#[inline(always)]
+fn small_block<const M: usize>(
+    a: Strided<'_>,
+    b: Strided<'_>,
+    k: usize,
+    r0: usize,
+    col: usize,
+    c: &mut [f32],
+    c_stride: usize,
+) {
+    let rows: [&[f32]; M] = std::array::from_fn(|r| &a.x[(r0 + r) * a.stride..][..k]);
+    let mut acc = [[0f32; COLS]; M];
+    for (i, b_row) in b.x.chunks(b.stride).take(k).enumerate() {
+        let bs: &[f32; COLS] = b_row[col..col + COLS]
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("a block has COLS columns"));
+        for (acc, row) in acc.iter_mut().zip(rows) {
+            let x = row[i];
+            for j in 0..COLS {
+                acc[j] = x.mul_add(bs[j], acc[j]);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        c[(r0 + r) * c_stride + col..][..COLS].copy_from_slice(acc);
     }
 }
 
@@ -525,6 +631,40 @@ mod tests {
                         // bfloat16 keeps 8 bits: a sum of 64 products of |x| <= 2, |w| <= 1/16
                         let got = out[r * n + o];
                         assert!((got - want).abs() < 2e-2, "{name} {r} {o}: {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Attention against plain f64 arithmetic, at lengths that leave partial register blocks
+    /// (of rows and of padded key columns) and with two heads.
+    #[test]
+    fn attention_matches_plain_arithmetic() {
+        let (width, heads) = (64, 2);
+        let hw = width / heads;
+        for len in [1, 3, 16, 17, 41] {
+            #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+            let qkv: Vec<f32> = (0..len * 3 * width)
+                .map(|i| ((i as f64) * 0.37).sin() as f32)
+                .collect();
+            let mut out = vec![f32::NAN; len * width];
+            attention(&qkv, &mut out, width, heads);
+            let at = |t: usize, part: usize, h: usize, d: usize| {
+                f64::from(qkv[t * 3 * width + part * width + h * hw + d])
+            };
+            for h in 0..heads {
+                for i in 0..len {
+                    let scores: Vec<f64> = (0..len)
+                        .map(|j| (0..hw).map(|d| at(i, 0, h, d) * at(j, 1, h, d)).sum())
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let total: f64 = exps.iter().sum();
+                    for d in 0..hw {
+                        let want: f64 = (0..len).map(|j| exps[j] / total * at(j, 2, h, d)).sum();
+                        let got = f64::from(out[i * width + h * hw + d]);
+                        assert!((got - want).abs() < 1e-5, "len {len} head {h} row {i} {d}");
                     }
                 }
             }

@@ -5,6 +5,7 @@
 //! f64 vector score, `crate::vector::Scorer`).
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 use numpy::{PyReadonlyArray1, PyReadonlyArray2};
@@ -18,20 +19,22 @@ use crate::types::{Metric, Micros};
 use crate::vector::Scorer;
 use crate::{Error, Result};
 
-/// A candidate: (id, tier, importance, confidence, updated_at, last_accessed_at,
-/// access_count, previous neighbour, next neighbour, fingerprint); neighbours are indexes
-/// into the candidate list (None: no neighbour, or one that is not a candidate).
-pub type PyCandidate = (
-    String,
-    String,
-    f64,
-    Option<f64>,
-    Micros,
-    Micros,
-    i64,
-    Option<u64>,
-    Option<u64>,
-    String,
+/// The rows the legs' hits point into, as columns: id, tier, importance, confidence,
+/// updated_at, last_accessed_at, access_count, fingerprint, and the row's place in its
+/// namespace's timeline (seq) with those of its previous and next rows (None: unknown).
+/// A row found by both legs may be there twice: the first row of an id is its candidate.
+pub type PyRows = (
+    Vec<String>,
+    Vec<String>,
+    Vec<f64>,
+    Vec<Option<f64>>,
+    Vec<Micros>,
+    Vec<Micros>,
+    Vec<i64>,
+    Vec<String>,
+    Vec<i64>,
+    Vec<Option<i64>>,
+    Vec<Option<i64>>,
 );
 
 /// A fused result: (candidate index, score, vector score, keyword score, source index).
@@ -72,18 +75,20 @@ impl Candidates for Listed {
     }
 }
 
-/// Fuses two legs' hits ((candidate index, score, source index), any order) over
-/// `candidates` with the embedded recall's rule; returns the `k` best, best first.
+/// Fuses two legs' hits ((row index, score, source index), any order) over the `rows`
+/// they point into with the embedded recall's rule; returns the `k` best as (row index of
+/// the candidate's first row, score, vector score, keyword score, source index), best
+/// first. A row's neighbours are the candidates at its previous and next seq.
 /// `coherence[i]` is source `i`'s namespace's coherence (missing: 0, no neighbour context).
 #[pyfunction]
-#[pyo3(signature = (candidates, vector, keyword, fusion, fusion_param, context, coherence, quality, now, dedup, k))]
+#[pyo3(signature = (rows, vector, keyword, fusion, fusion_param, context, coherence, quality, now, dedup, k))]
 #[allow(
     clippy::too_many_arguments,
     reason = "recall's settings, checked by the facade"
 )]
 pub fn fuse(
     py: Python<'_>,
-    candidates: Vec<PyCandidate>,
+    rows: PyRows,
     vector: Vec<(u64, f64, usize)>,
     keyword: Vec<(u64, f64, usize)>,
     fusion: &str,
@@ -95,41 +100,92 @@ pub fn fuse(
     dedup: bool,
     k: usize,
 ) -> PyResult<Vec<PyFused>> {
-    let n = candidates.len();
-    let bad = |i: u64| at(i) >= n;
-    if vector.iter().chain(&keyword).any(|h| bad(h.0))
-        || candidates
-            .iter()
-            .any(|c| c.7.is_some_and(bad) || c.8.is_some_and(bad))
-    {
+    let (
+        ids,
+        tiers,
+        importance,
+        confidence,
+        updated,
+        accessed,
+        count,
+        fingerprints,
+        seq,
+        prev,
+        next,
+    ) = rows;
+    let n = ids.len();
+    let lengths = [
+        tiers.len(),
+        importance.len(),
+        confidence.len(),
+        updated.len(),
+        accessed.len(),
+        count.len(),
+        fingerprints.len(),
+        seq.len(),
+        prev.len(),
+        next.len(),
+    ];
+    if lengths.iter().any(|&len| len != n) {
         return Err(to_py(
             py,
             Error::invalid(format!(
-                "fuse: a candidate index is out of range (there are {n} candidates)"
+                "fuse: the row columns differ in length ({n} ids, then {lengths:?})"
+            )),
+        ));
+    }
+    if vector.iter().chain(&keyword).any(|h| at(h.0) >= n) {
+        return Err(to_py(
+            py,
+            Error::invalid(format!(
+                "fuse: a row index is out of range (there are {n} rows)"
             )),
         ));
     }
     let fusion = convert::fusion(py, fusion, fusion_param)?;
-    let mut info = Listed {
-        ids: Vec::with_capacity(n),
-        standings: Vec::with_capacity(n),
-        neighbours: Vec::with_capacity(n),
-        fingerprints: Vec::with_capacity(n),
+    // one candidate per id (its first row), and the candidates by seq for the neighbours
+    let mut first: HashMap<&str, u64> = HashMap::with_capacity(n);
+    let canon: Vec<u64> = (0..n)
+        .map(|r| {
+            *first
+                .entry(ids[r].as_str())
+                .or_insert(u64::try_from(r).unwrap_or(u64::MAX))
+        })
+        .collect();
+    let remap = |hits: Vec<(u64, f64, usize)>| -> Vec<(u64, f64, usize)> {
+        hits.into_iter()
+            .map(|(r, s, src)| (canon[at(r)], s, src))
+            .collect()
+    };
+    let (vector, keyword) = (remap(vector), remap(keyword));
+    let at_seq: HashMap<i64, u64> = vector
+        .iter()
+        .chain(&keyword)
+        .map(|h| (seq[at(h.0)], h.0))
+        .collect();
+    let mut standings = Vec::with_capacity(n);
+    for r in 0..n {
+        standings.push(Standing {
+            tier: convert::tier(py, &tiers[r])?,
+            importance: importance[r],
+            confidence: confidence[r],
+            updated_at: Some(updated[r]),
+            last_accessed_at: Some(accessed[r]),
+            access_count: count[r],
+        });
+    }
+    let near = |s: Option<i64>| s.and_then(|s| at_seq.get(&s).copied());
+    let info = Listed {
+        neighbours: prev
+            .iter()
+            .zip(&next)
+            .map(|(p, x)| [near(*p), near(*x)])
+            .collect(),
+        ids,
+        standings,
+        fingerprints,
         coherence,
     };
-    for (id, tier, importance, confidence, updated, accessed, count, prev, next, fp) in candidates {
-        info.ids.push(id);
-        info.standings.push(Standing {
-            tier: convert::tier(py, &tier)?,
-            importance,
-            confidence,
-            updated_at: Some(updated),
-            last_accessed_at: Some(accessed),
-            access_count: count,
-        });
-        info.neighbours.push([prev, next]);
-        info.fingerprints.push(fp);
-    }
     let rule = Rule {
         fusion,
         context,

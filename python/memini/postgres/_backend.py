@@ -63,11 +63,19 @@ from memini.postgres._pool import (
     DEFAULT_EF_SEARCH,
     Conn,
     Pool,
+    numbered,
     stack_vectors,
     translate,
     use_ef_search,
 )
-from memini.postgres._rows import SELECT, decode_text, query_words, to_memory, write_values
+from memini.postgres._rows import (
+    SELECT,
+    decode_text,
+    decoded,
+    query_words,
+    to_memory,
+    write_values,
+)
 from memini.postgres._schema import HNSW_MAX_DIMS, migrate
 from memini.postgres._search import (
     KEYWORD_RANK,
@@ -99,6 +107,7 @@ __all__ = ["PgEngine", "PgMeta", "open_backend", "safe_url"]
 
 _BY_IDS: Final = f"SELECT {SELECT} FROM memories WHERE id = ANY(%(ids)s::text[])"
 _RECALL_ATTEMPTS: Final = 3  # a final row deleted after the legs ran: recall again
+_HIT_LEGS: Final = frozenset("vek")  # recall's rows of candidates (the others are counts)
 
 
 def safe_url(url: str) -> str:
@@ -611,7 +620,7 @@ class PgEngine:
             sql, params = self._vector_statement(conn, namespace, filter, k)
             params["q"] = vector
             rows = conn.rows(sql, params)
-        return [Scored(to_memory(r), s) for r, s in self._ranked(vector, rows, k)]
+        return [Scored(to_memory(decoded(r)), s) for r, s in self._ranked(vector, rows, k)]
 
     def vector_search_many(
         self, namespace: str, vectors: npt.NDArray[np.float32], filter: FilterSpec, k: int
@@ -623,12 +632,12 @@ class PgEngine:
             sql, params = self._vector_statement(conn, namespace, filter, k)
             with conn.pipeline():
                 cursors = [
-                    conn.search_cursor().execute(sql, {**params, "q": q}, prepare=True)
+                    conn.search_cursor().execute(*numbered(sql, {**params, "q": q}), prepare=True)
                     for q in vectors
                 ]
             found = [c.fetchall() for c in cursors]
         return [
-            [Scored(to_memory(r), s) for r, s in self._ranked(q, rows, k)]
+            [Scored(to_memory(decoded(r)), s) for r, s in self._ranked(q, rows, k)]
             for q, rows in zip(vectors, found, strict=True)
         ]
 
@@ -655,7 +664,7 @@ class PgEngine:
                 terms = 0  # its words were all stopwords: search them as they are
         hits = [r[2:] for r in rows if r[0] == "k"]
         hits.sort(key=lambda r: (-r[-1], r[0]))
-        return [Scored(to_memory(r), float(r[-1])) for r in hits]
+        return [Scored(to_memory(decoded(r)), float(r[-1])) for r in hits]
 
     def _lookup(
         self, conn: Conn, namespaces: builtins.list[str], words: builtins.list[str]
@@ -712,11 +721,12 @@ class PgEngine:
                     pool,
                     (fusion, fusion_param, context, quality, dedup),
                 )
-                ids = [decode_text(cand_ids[n]) for n, *_ in order]
-                full = {r[0]: r for r in conn.rows(_BY_IDS, {"ids": ids})}
+                ids = [cand_ids[n] for n, *_ in order]  # as stored, as the rows read
+                wanted = {"ids": [decode_text(id) for id in ids]}
+                full = {r[0]: r for r in conn.rows(_BY_IDS, wanted)}
             found = [
                 Recalled(
-                    memory=to_memory(full[id]),
+                    memory=to_memory(decoded(full[id])),
                     score=score,
                     vector_score=vs,
                     keyword_score=ks,
@@ -739,11 +749,9 @@ class PgEngine:
         k: int,
         pool: int,
         rule: tuple[Literal["convex", "rrf"], float, float, bool, bool],
-    ) -> tuple[
-        builtins.list[tuple[int, float, float | None, float | None, int]], builtins.list[str]
-    ]:
+    ) -> tuple[builtins.list[tuple[int, float, float | None, float | None, int]], Sequence[str]]:
         """Recall's first statement and the fusion: the final order and the candidates'
-        ids, in their stored form (`Conn.rows`'s ``stored``)."""
+        ids, in their stored form (as `Conn.rows` reads them)."""
         fusion, fusion_param, context, quality, dedup = rule
         graph = None
         if vector is not None:
@@ -784,7 +792,7 @@ class PgEngine:
                 recount,
             )
             params["q"] = vector
-            rows = conn.rows(sql, params, stored=True)  # ids as stored: decoded for the final k
+            rows = conn.rows(sql, params)  # ids as stored: decoded for the final k
             made = counts(rows, RECALL_RANK)
             for leg, pos, _, _, n in made:
                 if leg == "c":
@@ -795,65 +803,35 @@ class PgEngine:
                 break
             if not weighed:  # its words were all stopwords: search them as they are
                 terms = 0
-        # per source: the exact scan's rows when it ran, else the walk's; the keyword rows
-        width = len(STANDING)
-        vrows: dict[int, builtins.list[tuple[Any, ...]]] = {}
-        exact: set[int] = set()
-        krows: dict[int, builtins.list[tuple[Any, ...]]] = {}
-        for r in rows:
-            leg, src = r[0], r[1]
-            if leg == "k":
-                krows.setdefault(src, []).append(r)
-            elif leg in ("v", "e"):
-                if leg == "e" and src not in exact:
-                    exact.add(src)
-                    vrows[src] = []
-                if leg == "e" or src not in exact:
-                    vrows.setdefault(src, []).append(r)
-        vscores: dict[int, builtins.list[float]] = {}
-        if vector is not None and vrows:
-            flat = [r for src in sorted(vrows) for r in vrows[src]]
-            scores = _core.vector_scores(
-                self._metric, vector, stack_vectors([r[2 + width] for r in flat])
-            )
-            at = 0
-            for src in sorted(vrows):
-                vscores[src] = scores[at : at + len(vrows[src])]
-                at += len(vrows[src])
-        index: dict[str, int] = {}  # a candidate's id -> its number
-        firsts: builtins.list[tuple[Any, ...]] = []  # each candidate's first row
+        # the hits, as indexes into the candidate rows' columns: per source, the exact
+        # scan's rows when it ran, else the walk's; the keyword rows. A row found by both legs
+        # is there twice (the fusion takes the first row of an id as its candidate).
+        found = [r for r in rows if r[0] in _HIT_LEGS]
+        if not found:
+            return [], []
+        cols = list(zip(*found, strict=True))
+        legs, srcs, width = cols[0], cols[1], len(STANDING)
+        source = [i for i, _, _ in uniq]  # a row's source index, by its position in uniq
+        exact = {s for leg, s in zip(legs, srcs, strict=True) if leg == "e"}
+        vhits = [
+            n
+            for n, (leg, s) in enumerate(zip(legs, srcs, strict=True))
+            if leg == "e" or (leg == "v" and s not in exact)
+        ]
         vleg: builtins.list[tuple[int, float, int]] = []
-        kleg: builtins.list[tuple[int, float, int]] = []
-
-        def add(r: tuple[Any, ...]) -> int:
-            n = index.get(r[2])
-            if n is None:
-                n = index[r[2]] = len(firsts)
-                firsts.append(r)
-            return n
-
-        for pos, (i, _, _) in enumerate(uniq):
-            ranked = sorted(
-                zip(vrows.get(pos, []), vscores.get(pos, []), strict=True),
-                key=lambda t: (-t[1], t[0][2]),
-            )
-            vleg += [(add(r), s, i) for r, s in ranked]
-            hits = sorted(krows.get(pos, []), key=lambda r: (-r[3 + width], r[2]))
-            kleg += [(add(r), r[3 + width], i) for r in hits]
-        # the fusion's candidates: the standing columns but the fingerprint (the row's
-        # last), the numbers of the timeline neighbours that are candidates too, the
-        # fingerprint; built from the rows as they are (binary float8/bigint: the types
-        # the fusion takes)
-        fp = 1 + width
-        if neighbours and vleg and kleg:
-            at_seq = {r[fp + 3]: n for n, r in enumerate(firsts)}
-            cands = [
-                (*r[2:fp], at_seq.get(r[fp + 4]), at_seq.get(r[fp + 5]), r[fp]) for r in firsts
-            ]
-        else:
-            cands = [(*r[2:fp], None, None, r[fp]) for r in firsts]
+        if vector is not None and vhits:
+            vectors = stack_vectors([cols[2 + width][n] for n in vhits])
+            scores = _core.vector_scores(self._metric, vector, vectors)
+            vleg = list(zip(vhits, scores, [source[srcs[n]] for n in vhits], strict=True))
+        rank = cols[3 + width]
+        kleg = [(n, rank[n], source[srcs[n]]) for n, leg in enumerate(legs) if leg == "k"]
+        # the fusion's columns: the standing columns, and each row's seq with its timeline
+        # neighbours' (when the statement looked them up), binary float8/bigint as read
+        unknown = (None,) * len(found)
+        prev, next_ = (cols[5 + width], cols[6 + width]) if neighbours else (unknown, unknown)
+        st = cols[2 : 2 + width]  # the STANDING columns
         order = _core.fuse(
-            cands,
+            (st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], cols[4 + width], prev, next_),
             vleg,
             kleg,
             fusion,
@@ -865,7 +843,7 @@ class PgEngine:
             dedup,
             k,
         )
-        return order, [r[2] for r in firsts]
+        return order, cols[2]
 
 
 class PgMeta:

@@ -32,7 +32,9 @@ Vectors travel in pgvector's binary format and load straight into float32 numpy 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import struct
 import threading
 from collections.abc import Iterator
@@ -49,7 +51,7 @@ from psycopg.types.string import ByteaBinaryLoader, TextBinaryLoader
 from memini.errors import InvalidArgumentError, MeminiError, StoreClosedError, UnavailableError
 from memini.postgres._rows import register_text_codec
 
-__all__ = ["Conn", "Pool", "stack_vectors", "translate", "use_ef_search"]
+__all__ = ["Conn", "Pool", "numbered", "stack_vectors", "translate", "use_ef_search"]
 
 _POOL_MAX: Final = 16
 DEFAULT_EF_SEARCH: Final = 64
@@ -67,44 +69,70 @@ _KEEP_ROWS: Final = 1000
 """A result of more rows closes `Conn.rows`'s cursor (it is not kept until the next call)."""
 
 
+# a named placeholder of memini's SQL, or an escaped percent sign
+_PLACEHOLDER: Final = re.compile(r"%\((\w+)\)s|%%")
+
+
+@functools.lru_cache(maxsize=512)
+def _numbered(sql: str) -> tuple[bytes, tuple[str, ...]]:
+    """``sql`` with its named placeholders numbered (``$1``, ...; a name used twice keeps
+    its number), and the names in their numbers' order."""
+    names: dict[str, int] = {}
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) is None:
+            return "%"
+        return f"${names.setdefault(m.group(1), len(names) + 1)}"
+
+    return _PLACEHOLDER.sub(number, sql).encode(), tuple(names)
+
+
+def numbered(sql: str, params: dict[str, Any]) -> tuple[bytes, list[Any]]:
+    """A statement of named placeholders (``%(name)s``) and its parameters, as a raw
+    cursor (`Conn.search_cursor`) runs them: placeholders numbered, parameters in order.
+
+    The numbering is made once per statement text, where psycopg parses the text of a
+    named statement on every call when it is longer than 4,096 characters (recall's:
+    0.035 ms of client CPU per call, benches/bench_postgres.py's rows)."""
+    text, names = _numbered(sql)
+    return text, [params[n] for n in names]
+
+
 class Conn(psycopg.Connection[Any]):
     """A pooled connection that knows its session's ``hnsw.ef_search``, and runs the
     prepared statements of searches through one cursor of its own (`Conn.rows`)."""
 
     ef_search: int = DEFAULT_EF_SEARCH
     vector_oid: int = 0
-    _cursors: dict[bool, psycopg.Cursor[Any]] | None = None
+    _cursor: psycopg.RawCursor[Any] | None = None
 
-    def rows(
-        self, sql: str, params: dict[str, Any], *, stored: bool = False
-    ) -> list[tuple[Any, ...]]:
-        """The rows of ``sql`` run as a prepared statement, values in binary, vectors as
-        their bytes (for `stack_vectors`); with ``stored``, text values in their stored
-        form (`memini.postgres._rows.decode_text` undoes it), read by psycopg's own
-        loader where the codec's is a Python call per value: recall's candidates, whose
-        ids keep their order and equality that way (0.10-0.15 ms of client CPU less per
-        recall of 100 candidates, benches/bench_postgres.py's smoke rows).
+    def rows(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` (named placeholders, `numbered`) run as a prepared
+        statement, values in binary, vectors as their bytes (for `stack_vectors`), text in
+        its stored form (`memini.postgres._rows.decoded` undoes it for a row of
+        ``SELECT``, `memini.postgres._rows.decode_text` for one value).
 
-        One cursor (per ``stored``) serves every call of the connection: a cursor made
-        per call looks up the loader of each result column again (psycopg's client CPU
-        for a 10-row vector search: 0.14 ms with a cursor per call, 0.115 with this one)."""
-        if self._cursors is None:
-            self._cursors = {}
-        cur = self._cursors.get(stored)
+        One cursor serves every call of the connection: a cursor made per call looks up
+        the loader of each result column again (psycopg's client CPU for a 10-row vector
+        search: 0.14 ms with a cursor per call, 0.115 with this one)."""
+        cur = self._cursor
         if cur is None or cur.closed:
-            cur = self._cursors[stored] = self.search_cursor()
-            if stored:
-                cur.adapters.register_loader("text", TextBinaryLoader)
-        cur.execute(sql, params, prepare=True)
+            cur = self._cursor = self.search_cursor()
+        cur.execute(*numbered(sql, params), prepare=True)
         rows = cur.fetchall()
         if len(rows) > _KEEP_ROWS:  # the cursor holds its result until the next call
             cur.close()
         return rows
 
-    def search_cursor(self) -> psycopg.Cursor[Any]:
-        """A new cursor of values in binary, vectors as their bytes (`stack_vectors`)."""
-        cur = self.cursor(binary=True)
+    def search_cursor(self) -> psycopg.RawCursor[Any]:
+        """A new raw cursor (``$n`` placeholders, `numbered`) of values in binary, vectors
+        as their bytes (`stack_vectors`), text in its stored form, read by psycopg's own
+        loader where the codec's (`memini.postgres._rows.register_text_codec`) is a Python
+        call per value."""
+        cur: psycopg.RawCursor[Any] = psycopg.RawCursor(self)
+        cur.format = pq.Format.BINARY
         cur.adapters.register_loader(self.vector_oid, ByteaBinaryLoader)
+        cur.adapters.register_loader("text", TextBinaryLoader)
         return cur
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "SELECT",
     "WRITE_COLUMNS",
     "decode_text",
+    "decoded",
     "fold",
     "query_words",
     "register_text_codec",
@@ -87,6 +88,33 @@ def decode_text(s: str) -> str:
     if "\x01" not in s:
         return s
     return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "\x01" else "\x01", s)
+
+
+# the text columns of a row of ``SELECT`` (`COLUMNS`) that may hold an escape: the others
+# are a namespace (no control characters, `memini.limits.check_namespace`), a tier or level
+# name (memini's own words) and the metadata JSON, which writes every control character as
+# an escape of its own
+_TEXTS: Final = (0, 2, 5, 14)
+_TEXT_LISTS: Final = (7, 18)
+
+
+def decoded(r: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row of ``SELECT`` (`to_memory`'s) read in stored form, its text decoded.
+
+    One test for the whole row (its text joined), where the codec's loader was a Python
+    call for each value (61 in a 10-row vector search)."""
+    texts = [r[i] for i in _TEXTS if r[i] is not None]
+    for i in _TEXT_LISTS:
+        texts += r[i]
+    if "\x01" not in "".join(texts):
+        return r
+    out = list(r)
+    for i in _TEXTS:
+        if out[i] is not None:
+            out[i] = decode_text(out[i])
+    for i in _TEXT_LISTS:
+        out[i] = [decode_text(t) for t in out[i]]
+    return tuple(out)
 
 
 class _Unknown(StrDumperUnknown):

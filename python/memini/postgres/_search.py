@@ -322,20 +322,57 @@ def recall_sql(
         the vector ('v'/'e' rows), the keyword rank ('k' rows, `RECALL_RANK`), the row's
         ``seq``, then with ``context`` the ``seq`` of the previous and next rows in the
         namespace's timeline when they are candidates too (else NULL); then the `counts`
-        (the keyword leg's, and leg 'c': a ``count`` source's rows).
+        (the keyword leg's, and leg 'c': a ``count`` source's rows). The SQL is built once
+        per shape (`_recall_text`) and is the same string object each time.
     """
     params: dict[str, Any] = {}
     cond = where(spec, params)
-    ctes: list[str] = [_WEIGHTS] if keyword is not None and terms > 0 else []
-    legs: list[str] = []
     for i, (ns, tiers) in enumerate(sources):
         params[f"ns{i}"] = ns
-        scond = f"namespace = %(ns{i})s AND {cond}"
         if tiers is not None:
             params[f"tiers{i}"] = tiers
-            scond += f" AND tier = ANY(%(tiers{i})s::text[])"
         if graph is not None:
             params[f"graph{i}"] = graph[i]
+    if keyword is not None:
+        params.update(keyword)
+    sql = _recall_text(
+        metric,
+        dims,
+        cond,
+        tuple(tiers is not None for _, tiers in sources),
+        graph is not None,
+        keyword is not None,
+        terms,
+        pool,
+        context,
+        tuple(count),
+    )
+    return sql, params
+
+
+@functools.lru_cache(maxsize=256)
+def _recall_text(
+    metric: str,
+    dims: int,
+    cond: str,
+    tiered: tuple[bool, ...],
+    vector: bool,
+    keyword: bool,
+    terms: int,
+    pool: int,
+    context: bool,
+    count: tuple[int, ...],
+) -> str:
+    """The SQL of `recall_sql` for its shape: ``cond`` the filter's condition, ``tiered``
+    per source whether it binds its tiers, ``vector``/``keyword`` whether the leg runs.
+    Built per call, it cost 0.01 ms of client CPU (benches/bench_postgres.py's rows)."""
+    ctes: list[str] = [_WEIGHTS] if keyword and terms > 0 else []
+    legs: list[str] = []
+    for i, has_tiers in enumerate(tiered):
+        scond = f"namespace = %(ns{i})s AND {cond}"
+        if has_tiers:
+            scond += f" AND tier = ANY(%(tiers{i})s::text[])"
+        if vector:
             c, rows = _vector_ctes(
                 f"v{i}",
                 OPERATORS[metric],
@@ -351,18 +388,16 @@ def recall_sql(
                 f"embedding, NULL::float8 AS rank "
                 f"FROM ({rows}) v{i}(x, {_CANDIDATE}, embedding)"
             )
-        if keyword is not None:
+        if keyword:
             ranked = _keyword_ranked(scond, pool, terms, (*STANDING, *_PLACE))
             ctes.append(f"k{i} AS MATERIALIZED ({ranked})")
             legs.append(
                 f"SELECT 'k' AS leg, {i} AS src, {_CANDIDATE}, NULL::vector AS embedding, "
                 f"rank FROM k{i}"
             )
-    if keyword is not None:
-        params.update(keyword)
     out = ", ".join(f"l.{c}" for c in STANDING)
     width = RECALL_RANK + 2 + 2 * context
-    tail = _counted(width, RECALL_RANK) if keyword is not None and terms > 0 else ""
+    tail = _counted(width, RECALL_RANK) if keyword and terms > 0 else ""
     for i in count:
         cols = ["'c'", str(i), *["NULL"] * (width - 2)]
         cols[RECALL_RANK] = f"(SELECT count(*) FROM memories WHERE namespace = %(ns{i})s)::float8"
@@ -372,7 +407,7 @@ def recall_sql(
         f"SELECT l.leg, l.src, {out}, l.embedding, l.rank, l.seq"
     )
     if not context:
-        return f"{sql} FROM legs l{tail}", params
+        return f"{sql} FROM legs l{tail}"
     # the fusion uses a neighbour only when it is a candidate too: two candidates next to
     # each other in their namespace's timeline (created_at, then seq) are neighbours when no
     # row lies between them, one probe of the timeline index per pair (where looking up
@@ -389,7 +424,7 @@ def recall_sql(
         "AND (m.created_at, m.seq) < (p.created_at, p.seq))) "
         f"SELECT l.leg, l.src, {out}, l.embedding, l.rank, l.seq, a.prev, b.next "
         f"FROM legs l LEFT JOIN near a ON a.next = l.seq LEFT JOIN near b ON b.prev = l.seq{tail}"
-    ), params
+    )
 
 
 # ------------------------------------------------------------------------------ plan choice
