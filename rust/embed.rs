@@ -84,17 +84,34 @@ impl BertConfig {
                 .unwrap_or(1e-12),
             max_tokens: max_tokens.min(int("max_position_embeddings")?),
         };
-        if cfg.heads == 0
-            || !cfg.hidden.is_multiple_of(cfg.heads)
-            || !(cfg.hidden / cfg.heads).is_multiple_of(16)
-            || !cfg.intermediate.is_multiple_of(16)
-            || cfg.max_tokens < 2
-        {
-            return Err(Error::invalid(format!(
-                "the model's config.json describes a shape the local embedder cannot run: {cfg:?}"
-            )));
-        }
-        Ok(cfg)
+        let (hidden, heads) = (cfg.hidden, cfg.heads);
+        let unfit = if heads == 0 || !hidden.is_multiple_of(heads) {
+            format!("hidden_size {hidden} is not split evenly into num_attention_heads {heads}")
+        } else if !(hidden / heads).is_multiple_of(16) {
+            format!(
+                "its attention heads are {} wide (hidden_size {hidden} / num_attention_heads \
+                 {heads}), and the local embedder runs heads a multiple of 16 wide",
+                hidden / heads
+            )
+        } else if !cfg.intermediate.is_multiple_of(16) {
+            format!(
+                "intermediate_size {} is not a multiple of 16",
+                cfg.intermediate
+            )
+        } else if cfg.max_tokens < 2 {
+            format!(
+                "inputs of at most {} word pieces (max_position_embeddings) hold no text \
+                 between [CLS] and [SEP]",
+                cfg.max_tokens
+            )
+        } else {
+            return Ok(cfg);
+        };
+        Err(Error::invalid(format!(
+            "the model's config.json describes a shape the local embedder cannot run: {unfit}; \
+             use a BERT model of a shape it runs (as all-MiniLM-L6-v2: 384 wide, 12 heads of \
+             32) or another embedder (OpenAIEmbedder, or your own Embedder)"
+        )))
     }
 }
 
@@ -577,8 +594,15 @@ mod tests {
         );
         let err = BertConfig::from_hf_json(r#"{"hidden_size": 384}"#, 256).err();
         assert!(err.is_some_and(|e| e.to_string().contains("num_hidden_layers")));
-        // attention's blocks need heads a multiple of 16 wide (384 / 16 heads = 24)
+        // attention's blocks need heads a multiple of 16 wide (384 / 16 heads = 24): the
+        // error says which rule the shape breaks, and what to use instead
         let err = BertConfig::from_hf_json(&json.replace(": 12,", ": 16,"), 256).err();
-        assert!(err.is_some_and(|e| e.to_string().contains("cannot run")));
+        let msg = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.contains("heads are 24 wide") && msg.contains("another embedder"),
+            "{msg}"
+        );
+        let err = BertConfig::from_hf_json(&json.replace(": 12,", ": 7,"), 256).err();
+        assert!(err.is_some_and(|e| e.to_string().contains("not split evenly")));
     }
 }

@@ -284,6 +284,21 @@ def test_weights_from_a_hugging_face_directory(local: LocalEmbedder, tmp_path: P
 
 
 @needs_weights
+def test_a_model_shape_the_embedder_cannot_run_names_the_rule_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    """A config.json whose attention heads are not a multiple of 16 wide (384 / 16 = 24) is
+    refused saying so, and what to use instead, not only that the shape cannot run."""
+    model_dir = _extract(tmp_path / "m")
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    (model_dir / "config.json").write_text(
+        json.dumps({**config, "num_attention_heads": 16}), encoding="utf-8"
+    )
+    with pytest.raises(InvalidArgumentError, match=r"heads are 24 wide .*another embedder"):
+        LocalEmbedder(path=model_dir).embed(["x"])
+
+
+@needs_weights
 def test_missing_or_broken_weights_in_a_directory_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="Hugging Face layout"):
         LocalEmbedder(path=tmp_path / "nowhere")
