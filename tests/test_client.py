@@ -10,6 +10,7 @@ import asyncio
 import http.server
 import inspect
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from memini.client import (
     _Connections,
     _h11_answer,
     _Httpx,
+    _kernel_timeout,
     _lean,
     _read_answer,
     _Target,
@@ -193,6 +195,42 @@ def test_an_answer_later_than_the_timeout_is_a_read_timeout(fake: Any) -> None:
         assert time.monotonic() - t0 < 0.9
         fake.mode = "length"
         assert s.count("n") == 7
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": None}, "timeout"),
+        ({"timeout": float("inf")}, "timeout"),
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": True}, "timeout"),
+        ({"retry_for": -0.5}, "retry_for"),
+        ({"retry_for": float("nan")}, "retry_for"),
+    ],
+)
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_naming_it(
+    kwargs: dict[str, Any], named: str
+) -> None:
+    """Refused when the client is made, not at its first connection (a 0 would have become a
+    1 us kernel timeout, None a TypeError)."""
+    for connect in (memini.connect, memini.aio.connect):
+        with pytest.raises(memini.InvalidArgumentError, match=f"^{named} must be a number"):
+            connect("http://127.0.0.1:9", **kwargs)
+
+
+def test_a_kernel_refusing_the_timeval_leaves_the_timeout_to_python() -> None:
+    """`_kernel_timeout` on a kernel whose ``struct timeval`` is not two longs (32-bit with
+    64-bit time): setsockopt fails, and Python's own timeout stays on the socket."""
+
+    class Refusing(socket.socket):
+        def setsockopt(self, *args: Any) -> None:
+            raise OSError(22, "Invalid argument")
+
+    with Refusing() as sock:
+        sock.settimeout(0.25)
+        _kernel_timeout(sock, 0.25)
+        assert sock.gettimeout() == 0.25
 
 
 def test_an_async_call_cancelled_mid_answer_closes_its_connection(fake: Any) -> None:

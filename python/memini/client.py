@@ -48,6 +48,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import math
 import os
 import re
 import select
@@ -69,6 +70,7 @@ import httpx
 from memini import _wire as wire
 from memini.errors import (
     AuthError,
+    InvalidArgumentError,
     MeminiError,
     StoreClosedError,
     UnavailableError,
@@ -105,6 +107,20 @@ def _base_url(url: str) -> str:
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise MeminiError(f"url must be an http:// or https:// URL, got {url!r}")
     return url.rstrip("/")
+
+
+def _seconds(name: str, value: object, *, zero: bool) -> float:
+    """``value`` as seconds: a finite number above 0 (or equal to it when ``zero``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        bound = "0 or more" if zero else "above 0"
+        raise InvalidArgumentError(f"{name} must be a number of seconds {bound}, got {value!r}")
+    return float(value)
 
 
 class _Answer(Protocol):
@@ -366,13 +382,17 @@ def _kernel_timeout(sock: socket.socket, timeout: float) -> None:
     SO_SNDTIMEO; a send or receive that times out raises `BlockingIOError`): Python's own
     timeout polls the socket before every send and receive, two system calls more per call
     (~3-7 us of a call's CPU, `benches/bench_server.py::test_remote_store_client_cpu`).
-    Elsewhere (another ``struct timeval``) Python keeps it."""
+    Elsewhere, or where the kernel refuses two longs as a ``struct timeval``, Python keeps it.
+    The kernel times each send: a large body accepted slowly but steadily may take longer."""
     if not sys.platform.startswith("linux"):
         return
     micros = max(1, round(timeout * 1e6))
     tv = struct.pack("@ll", micros // 1_000_000, micros % 1_000_000)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    except OSError:  # a kernel whose timeval is not two longs (32-bit with 64-bit time)
+        return
     sock.settimeout(None)
 
 
@@ -663,8 +683,8 @@ class _Base:
     def __init__(self, url: str, api_key: str | None, timeout: float, retry_for: float) -> None:
         self._url = _base_url(url)
         self._headers = {**_JSON, **_headers(api_key)}
-        self._timeout = timeout
-        self._retry_for = retry_for
+        self._timeout = _seconds("timeout", timeout, zero=False)
+        self._retry_for = _seconds("retry_for", retry_for, zero=True)
         self._closed = False
         self._forked = False
         with _clients_lock:
