@@ -4,9 +4,8 @@
 //! A call's texts are looked up in a small LRU cache, the misses tokenized on the caller's
 //! thread and queued. A queued call starts a batch of everything queued (up to `max_batch`
 //! texts) at once when no batch is running; while one runs, calls queue up behind it and go
-//! together when it ends, or after `max_wait` beside it when a core is free for them (run on
-//! one of rayon's threads, not the caller's). So a lone call never waits or changes thread,
-//! and callers arriving together share one pass over the weights.
+//! together when it ends, or after `max_wait` beside it when a core is free for them. So a
+//! lone call never waits, and callers arriving together share one pass over the weights.
 //! A text's vector does not depend on its batch mates (`LocalModel::forward`), so every
 //! caller gets exactly the vectors it would get alone.
 
@@ -176,23 +175,13 @@ impl Batcher {
                 batch.extend(st.queue.pop_front());
             }
             st.queued_texts -= texts;
-            let beside = st.running > 0;
             st.running += 1;
             drop(st);
-            // a batch beside another runs on one of rayon's threads, whose memory is warm:
-            // on callers' own threads (many, often new) a third of the CPU went to the kernel
-            // zeroing fresh pages for the pass's buffers (perf, 8 new threads x 8 queries)
-            let run = || {
-                if beside {
-                    rayon::scope(|_| self.run(&batch))
-                } else {
-                    self.run(&batch)
-                }
-            };
             // a panic in the pass (a bug) must not leave the callers of its batch waiting:
             // they get no vectors, which `embed` reports as an error
-            let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
-                .unwrap_or_else(|_| batch.iter().map(|(t, _)| (*t, Vec::new())).collect());
+            let results =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&batch)))
+                    .unwrap_or_else(|_| batch.iter().map(|(t, _)| (*t, Vec::new())).collect());
             st = self.state.lock();
             st.running -= 1;
             st.done.extend(results);
