@@ -94,8 +94,8 @@ def decode_text(s: str) -> str:
 # are a namespace (no control characters, `memini.limits.check_namespace`), a tier or level
 # name (memini's own words) and the metadata JSON, which writes every control character as
 # an escape of its own
-_TEXTS: Final = (0, 2, 5, 14)
-_TEXT_LISTS: Final = (7, 18)
+_TEXTS: Final = tuple(COLUMNS.index(c) for c in ("id", "content", "summary", "superseded_by"))
+_TEXT_LISTS: Final = tuple(COLUMNS.index(c) for c in ("tags", "linked_memory_ids"))
 
 
 def decoded(r: tuple[Any, ...]) -> tuple[Any, ...]:
